@@ -1,0 +1,3 @@
+from fleet.cli.app import run
+
+run()

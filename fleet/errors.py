@@ -1,0 +1,91 @@
+"""The exit-code contract and the errors that carry it.
+
+Every command maps its outcome to one of four codes (documented in README and docs/exit-codes.md):
+
+    0  OK          success, or everything conformant
+    1  PROBLEMS    the job ran and found problems (failed checks, drift, a failed gate)
+    2  BAD_INPUT   bad input or usage (invalid matrix, unknown flag, missing file)
+    3  INCOMPLETE  could not complete (hosts unreachable, lock held, infrastructure error)
+
+Code below the CLI raises `FleetError` subclasses; only `fleet.cli.app.run` turns them into exit
+codes, so library callers get exceptions and never a `SystemExit`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    PROBLEMS = 1
+    BAD_INPUT = 2
+    INCOMPLETE = 3
+
+
+@dataclass(frozen=True, order=True)
+class Problem:
+    """One thing wrong with an input, located precisely enough to fix without guessing."""
+
+    file: str | None
+    line: int | None
+    field: str | None
+    message: str
+    severity: str = "error"  # "error" or "warning"
+
+    def __str__(self) -> str:
+        where = self.file or "<input>"
+        if self.line is not None:
+            where += f":{self.line}"
+        field = f" {self.field}:" if self.field else ""
+        return f"{where}:{field} {self.message}"
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "file": self.file,
+            "line": self.line,
+            "field": self.field,
+            "message": self.message,
+            "severity": self.severity,
+        }
+
+
+class FleetError(Exception):
+    """Base of every error the CLI reports without a traceback."""
+
+    exit_code: ExitCode = ExitCode.INCOMPLETE
+
+
+class BadInput(FleetError):
+    """Invalid user input; carries every problem found, not only the first."""
+
+    exit_code = ExitCode.BAD_INPUT
+
+    def __init__(self, problems: Sequence[Problem] | str) -> None:
+        if isinstance(problems, str):
+            problems = [Problem(None, None, None, problems)]
+        self.problems: list[Problem] = list(problems)
+        super().__init__("\n".join(str(p) for p in self.problems))
+
+    @classmethod
+    def single(cls, message: str, file: str | None = None, line: int | None = None,
+               field: str | None = None) -> BadInput:
+        return cls([Problem(file, line, field, message)])
+
+
+class CouldNotComplete(FleetError):
+    """The job could not finish: unreachable hosts, a held lock, a broken database."""
+
+    exit_code = ExitCode.INCOMPLETE
+
+
+class ProblemsFound(FleetError):
+    """The job ran to the end and found problems (drift, failed checks, a failed gate)."""
+
+    exit_code = ExitCode.PROBLEMS
+
+
+def errors_only(problems: Iterable[Problem]) -> list[Problem]:
+    return [p for p in problems if p.severity == "error"]
