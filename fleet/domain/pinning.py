@@ -1,0 +1,268 @@
+"""Pin planning: from what a host has to the exact steps that put a release on it.
+
+Pure, like a pyinfra operation body: facts in (installed packages, holds, current pin files),
+steps out. The deploy layer turns steps into commands on a host; tests assert on steps with no
+host at all. A host already on the release yields no steps, which is what makes deploys
+idempotent.
+
+Debian/Ubuntu: a preferences file pins each package to `<upstream>-*` at priority 1001 (so apt may
+downgrade to it), one `apt-get install` transaction installs the wanted packages and removes the
+other driver branches (`name-` suffix), then `apt-mark hold`. Installing by name with the pin in
+place means the plan needs no distro revision (`-1`, `-0ubuntu1`): apt resolves it.
+
+RHEL family: versionlock entries instead of pins, and explicit `dnf install`/`dnf downgrade` of
+`name-<upstream>`: pyinfra 3.10's `dnf.packages` ignores a pinned version when another version is
+installed (pyinfra issue 1910), so the plan does not go through it.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from packaging.version import InvalidVersion, Version
+
+OsFamily = Literal["debian", "rhel"]
+
+PREFERENCES_PATH = "/etc/apt/preferences.d/fleet-nvidia.pref"
+UNATTENDED_PATH = "/etc/apt/apt.conf.d/51fleet-nvidia-unattended"
+
+# Defense in depth: the matrix already validates these, but nothing reaches a shell unchecked.
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9+.\-]{0,127}$")
+_UPSTREAM_RE = re.compile(r"^[0-9][0-9A-Za-z.+~]{0,63}$")
+
+# Packages of which a host may hold only one: another branch or flavor of the same family is
+# removed when the release names a different one.
+EXCLUSIVE_FAMILIES: Mapping[str, re.Pattern[str]] = {
+    "driver": re.compile(r"^nvidia-driver(-\d+)?(-open|-server|-server-open)?$"),
+    "fabric_manager": re.compile(r"^nvidia-fabricmanager(-\d+)?$"),
+}
+
+# Components whose change replaces the kernel module: the host must reboot before it verifies.
+REBOOT_COMPONENTS = frozenset({"driver"})
+
+
+class WantedPackage(Protocol):
+    """What a release asks for; `fleet.domain.matrix` PackageSpec has this shape."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def version(self) -> str: ...
+
+    @property
+    def component(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class Change:
+    component: str
+    package: str
+    before: str | None  # upstream version installed now, None when absent
+    after: str | None  # upstream version wanted, None when removed
+    kind: Literal["install", "upgrade", "downgrade", "reinstall", "remove"]
+
+    def __str__(self) -> str:
+        return f"{self.package}: {self.before or '-'} -> {self.after or '-'} ({self.kind})"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One action on a host: a command, or a file whose content must be exactly this."""
+
+    description: str
+    command: str | None = None
+    path: str | None = None
+    content: str | None = None
+
+
+@dataclass(frozen=True)
+class PinPlan:
+    os_family: OsFamily
+    changes: tuple[Change, ...]
+    steps: tuple[Step, ...]
+    reboot_required: bool
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.steps)
+
+
+def upstream_of(distro_version: str) -> str:
+    """`1:550.54.15-0ubuntu1` and `3:550.54.15-1.el9` both give `550.54.15`."""
+    v = distro_version.split(":", 1)[1] if ":" in distro_version else distro_version
+    return v.rsplit("-", 1)[0] if "-" in v else v
+
+
+def compare_upstream(a: str, b: str) -> int:
+    try:
+        va, vb = Version(a), Version(b)
+    except InvalidVersion:
+        return (a > b) - (a < b)
+    return (va > vb) - (va < vb)
+
+
+def _check(wanted: Iterable[WantedPackage]) -> None:
+    for w in wanted:
+        if not _NAME_RE.match(w.name):
+            raise ValueError(f"refusing package name {w.name!r}: not a plain package name")
+        if not _UPSTREAM_RE.match(w.version):
+            raise ValueError(f"refusing version {w.version!r} of {w.name}: not a plain version")
+
+
+def apt_preferences(wanted: Sequence[WantedPackage]) -> str:
+    blocks = [
+        f"Package: {w.name}\nPin: version {w.version}-*\nPin-Priority: 1001\n"
+        for w in sorted(wanted, key=lambda w: w.name)
+    ]
+    return "# Managed by fleet: exact versions of the pinned release.\n\n" + "\n".join(blocks)
+
+
+def unattended_blacklist(wanted: Sequence[WantedPackage]) -> str:
+    names = "".join(f'    "{re.escape(w.name)}$";\n' for w in sorted(wanted, key=lambda w: w.name))
+    return (
+        "// Managed by fleet: pinned NVIDIA packages change only through fleet.\n"
+        f"Unattended-Upgrade::Package-Blacklist {{\n{names}}};\n"
+    )
+
+
+def _changes(wanted: Sequence[WantedPackage], installed: Mapping[str, str]) -> list[Change]:
+    changes: list[Change] = []
+    wanted_names = {w.name for w in wanted}
+    for w in wanted:
+        have = installed.get(w.name)
+        before = upstream_of(have) if have is not None else None
+        if before == w.version:
+            continue
+        if before is None:
+            kind: Literal["install", "upgrade", "downgrade", "reinstall"] = "install"
+        else:
+            c = compare_upstream(w.version, before)
+            kind = "upgrade" if c > 0 else "downgrade" if c < 0 else "reinstall"
+        changes.append(Change(w.component, w.name, before, w.version, kind))
+    for component, family in EXCLUSIVE_FAMILIES.items():
+        if not any(w.component == component for w in wanted):
+            continue
+        for name in sorted(installed):
+            if family.match(name) and name not in wanted_names:
+                changes.append(
+                    Change(component, name, upstream_of(installed[name]), None, "remove")
+                )
+    return changes
+
+
+def plan_pin(
+    os_family: OsFamily,
+    wanted: Sequence[WantedPackage],
+    installed: Mapping[str, str],
+    held: Iterable[str],
+    files: Mapping[str, str | None],
+) -> PinPlan:
+    """Steps that make the host hold exactly `wanted`; none when it already does.
+
+    `installed` maps package name to its distro version; `held` names held (apt) or
+    version-locked (dnf) packages; `files` gives the current content of the managed pin files
+    (None when absent).
+    """
+    _check(wanted)
+    held = set(held)
+    changes = _changes(wanted, installed)
+    if os_family == "debian":
+        steps = _apt_steps(wanted, changes, held, files)
+    else:
+        steps = _dnf_steps(wanted, changes, held)
+    reboot = any(c.component in REBOOT_COMPONENTS for c in changes)
+    return PinPlan(os_family, tuple(changes), tuple(steps), reboot)
+
+
+def _apt_steps(
+    wanted: Sequence[WantedPackage],
+    changes: Sequence[Change],
+    held: set[str],
+    files: Mapping[str, str | None],
+) -> list[Step]:
+    q = shlex.quote
+    steps: list[Step] = []
+    moving = {c.package for c in changes}
+    unhold = sorted(moving & held)
+    if unhold:
+        steps.append(
+            Step("unhold packages that must change", "apt-mark unhold " + " ".join(map(q, unhold)))
+        )
+    prefs = apt_preferences(wanted)
+    if files.get(PREFERENCES_PATH) != prefs:
+        steps.append(
+            Step(
+                "pin exact versions (apt preferences, priority 1001)",
+                path=PREFERENCES_PATH,
+                content=prefs,
+            )
+        )
+    blacklist = unattended_blacklist(wanted)
+    if files.get(UNATTENDED_PATH) != blacklist:
+        steps.append(
+            Step(
+                "keep unattended-upgrades off the pinned packages",
+                path=UNATTENDED_PATH,
+                content=blacklist,
+            )
+        )
+    if changes:
+        args = [q(c.package) if c.after else q(c.package + "-") for c in changes]
+        steps.append(Step("update package lists", "apt-get update -qq"))
+        steps.append(
+            Step(
+                "install the release, remove other branches (one transaction)",
+                "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --allow-downgrades "
+                "--no-install-recommends -o Dpkg::Options::=--force-confdef "
+                "-o Dpkg::Options::=--force-confold " + " ".join(args),
+            )
+        )
+    to_hold = sorted({w.name for w in wanted} - (held - moving))
+    if to_hold:
+        steps.append(Step("hold the pinned packages", "apt-mark hold " + " ".join(map(q, to_hold))))
+    return steps
+
+
+def _dnf_steps(
+    wanted: Sequence[WantedPackage], changes: Sequence[Change], held: set[str]
+) -> list[Step]:
+    q = shlex.quote
+    steps: list[Step] = []
+    moving = sorted({c.package for c in changes} & held)
+    if moving:
+        steps.append(
+            Step(
+                "release version locks of packages that must change",
+                "dnf versionlock delete " + " ".join(map(q, moving)),
+            )
+        )
+    for kind, verb in (
+        ("install", "install"),
+        ("upgrade", "install"),
+        ("downgrade", "downgrade"),
+        ("reinstall", "reinstall"),
+    ):
+        specs = [f"{c.package}-{c.after}" for c in changes if c.kind == kind]
+        if specs:
+            steps.append(
+                Step(f"{kind} exact versions", f"dnf -y {verb} " + " ".join(map(q, specs)))
+            )
+    removed = [c.package for c in changes if c.kind == "remove"]
+    if removed:
+        steps.append(
+            Step("remove other driver branches", "dnf -y remove " + " ".join(map(q, removed)))
+        )
+    lock = sorted(w.name for w in wanted if w.name not in held or w.name in moving)
+    if lock:
+        by_name = {w.name: w.version for w in wanted}
+        specs = [f"{n}-{by_name[n]}" for n in lock]
+        steps.append(
+            Step("lock the pinned versions", "dnf versionlock add " + " ".join(map(q, specs)))
+        )
+    return steps

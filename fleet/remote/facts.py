@@ -1,0 +1,184 @@
+"""pyinfra facts about NVIDIA packaging: each a command plus a pure parser.
+
+The parsers are plain functions (`parse_*`) so fixture tests exercise them without pyinfra.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import shlex
+from collections.abc import Iterable
+
+from pyinfra.api import FactBase
+
+# Families whose installed versions a pin can change or must remove.
+PACKAGE_GLOBS = (
+    "nvidia-*",
+    "libnvidia-*",
+    "cuda-*",
+    "datacenter-gpu-manager*",
+    "cudnn*",
+    "libcudnn*",
+    "tensorrt*",
+    "libnvinfer*",
+)
+
+
+def parse_os_family(lines: Iterable[str]) -> str | None:
+    words = " ".join(lines).lower().split()
+    if any(w in {"debian", "ubuntu"} for w in words):
+        return "debian"
+    if any(w in {"rhel", "fedora", "centos", "rocky", "almalinux"} for w in words):
+        return "rhel"
+    return None
+
+
+class OsFamily(FactBase[str | None]):
+    """`debian` or `rhel`, from /etc/os-release's ID and ID_LIKE."""
+
+    def command(self) -> str:
+        return '. /etc/os-release && echo "$ID $ID_LIKE"'
+
+    def process(self, output: list[str]) -> str | None:
+        return parse_os_family(output)
+
+
+def parse_dpkg_installed(lines: Iterable[str]) -> dict[str, str]:
+    """`name<TAB>version<TAB>status-abbrev` rows; only installed packages count (ii, hi)."""
+    out: dict[str, str] = {}
+    for line in lines:
+        parts = line.rstrip("\n").split("\t")
+        if len(parts) >= 3 and parts[2][:2] in {"ii", "hi"}:
+            out[parts[0]] = parts[1]
+    return out
+
+
+class DebNvidiaPackages(FactBase[dict[str, str]]):
+    """Installed NVIDIA/CUDA packages and their distro versions (dpkg database)."""
+
+    def requires_command(self) -> str:
+        return "dpkg-query"
+
+    def command(self) -> str:
+        globs = " ".join(shlex.quote(g) for g in PACKAGE_GLOBS)
+        return (
+            "dpkg-query -W -f='${Package}\\t${Version}\\t${db:Status-Abbrev}\\n' "
+            f"{globs} 2>/dev/null || true"
+        )
+
+    @staticmethod
+    def default() -> dict[str, str]:
+        return {}
+
+    def process(self, output: list[str]) -> dict[str, str]:
+        return parse_dpkg_installed(output)
+
+
+def parse_names(lines: Iterable[str]) -> set[str]:
+    return {line.strip() for line in lines if line.strip()}
+
+
+class AptHeldPackages(FactBase[set[str]]):
+    def requires_command(self) -> str:
+        return "apt-mark"
+
+    def command(self) -> str:
+        return "apt-mark showhold"
+
+    @staticmethod
+    def default() -> set[str]:
+        return set()
+
+    def process(self, output: list[str]) -> set[str]:
+        return parse_names(output)
+
+
+def parse_rpm_installed(lines: Iterable[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for line in lines:
+        parts = line.strip().split("\t")
+        if len(parts) == 2 and not parts[0].startswith("package "):
+            out[parts[0]] = parts[1]
+    return out
+
+
+class RpmNvidiaPackages(FactBase[dict[str, str]]):
+    def requires_command(self) -> str:
+        return "rpm"
+
+    def command(self) -> str:
+        globs = " ".join(shlex.quote(g) for g in PACKAGE_GLOBS)
+        fmt = "'%{NAME}\\t%{EPOCHNUM}:%{VERSION}-%{RELEASE}\\n'"
+        return f"rpm -qa --queryformat {fmt} {globs} || true"
+
+    @staticmethod
+    def default() -> dict[str, str]:
+        return {}
+
+    def process(self, output: list[str]) -> dict[str, str]:
+        return parse_rpm_installed(output)
+
+
+def parse_versionlock(lines: Iterable[str]) -> set[str]:
+    """Names from `dnf versionlock list` rows such as `nvidia-driver-3:550.54.15-1.el9.*`."""
+    names: set[str] = set()
+    for line in lines:
+        entry = line.strip()
+        if not entry or entry.startswith(("Last metadata", "Updating", "#")):
+            continue
+        head = entry.split(":", 1)[0] if ":" in entry else entry
+        # name-EPOCH:... or name-VERSION-RELEASE: strip the trailing "-epoch" or "-version"
+        names.add(head.rsplit("-", 1)[0] if ":" in entry else head.rsplit("-", 2)[0])
+    return names
+
+
+class DnfVersionLocks(FactBase[set[str]]):
+    def requires_command(self) -> str:
+        return "dnf"
+
+    def command(self) -> str:
+        return "dnf -q versionlock list 2>/dev/null || true"
+
+    @staticmethod
+    def default() -> set[str]:
+        return set()
+
+    def process(self, output: list[str]) -> set[str]:
+        return parse_versionlock(output)
+
+
+def parse_file_contents(lines: Iterable[str]) -> dict[str, str | None]:
+    """`path base64` or `path -` per line, so exact bytes survive the trip."""
+    out: dict[str, str | None] = {}
+    for line in lines:
+        path, _, payload = line.strip().partition(" ")
+        if not path:
+            continue
+        if payload == "-":
+            out[path] = None
+            continue
+        try:
+            out[path] = base64.b64decode(payload).decode()
+        except (binascii.Error, UnicodeDecodeError):
+            out[path] = None
+    return out
+
+
+class FileContents(FactBase[dict[str, str | None]]):
+    """The exact content of a few small managed files (None when absent)."""
+
+    def command(self, paths: list[str]) -> str:
+        quoted = " ".join(shlex.quote(p) for p in paths)
+        return (
+            f'for f in {quoted}; do if [ -f "$f" ]; then '
+            'printf "%s %s\\n" "$f" "$(base64 < "$f" | tr -d "\\n")"; '
+            'else printf "%s -\\n" "$f"; fi; done'
+        )
+
+    @staticmethod
+    def default() -> dict[str, str | None]:
+        return {}
+
+    def process(self, output: list[str]) -> dict[str, str | None]:
+        return parse_file_contents(output)

@@ -1,0 +1,64 @@
+"""pyinfra operations: thin wrappers that read facts, ask the pure planner, yield its steps."""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from io import StringIO
+from typing import Any
+
+from pyinfra import host
+from pyinfra.api import operation
+from pyinfra.operations import files
+
+from fleet.domain.pinning import PREFERENCES_PATH, UNATTENDED_PATH, PinPlan, plan_pin
+from fleet.remote.facts import (
+    AptHeldPackages,
+    DebNvidiaPackages,
+    DnfVersionLocks,
+    FileContents,
+    OsFamily,
+    RpmNvidiaPackages,
+)
+
+
+@dataclass(frozen=True)
+class Pkg:
+    name: str
+    version: str
+    component: str
+
+
+def current_plan(packages: Sequence[tuple[str, str, str]]) -> PinPlan:
+    """The plan for the host pyinfra is processing, from its live facts."""
+    wanted = [Pkg(*p) for p in packages]
+    family = host.get_fact(OsFamily)
+    if family == "debian":
+        installed = host.get_fact(DebNvidiaPackages)
+        held = host.get_fact(AptHeldPackages)
+        contents = host.get_fact(FileContents, paths=[PREFERENCES_PATH, UNATTENDED_PATH])
+        return plan_pin("debian", wanted, installed, held, contents)
+    if family == "rhel":
+        return plan_pin(
+            "rhel", wanted, host.get_fact(RpmNvidiaPackages), host.get_fact(DnfVersionLocks), {}
+        )
+    raise ValueError(f"unsupported OS family on {host.name}: {family!r}")
+
+
+@operation()
+def pin_release(release: str, packages: list[tuple[str, str, str]]) -> Generator[Any, None, None]:
+    """
+    Put exactly these packages on the host, pinned and held; remove other driver branches.
+
+    + release: the matrix release name (for messages)
+    + packages: ``(name, upstream_version, component)`` triples from ``Release.packages()``
+    """
+    plan = current_plan(packages)
+    if not plan.changed:
+        host.noop(f"release {release} already pinned")
+        return
+    for step in plan.steps:
+        if step.command is not None:
+            yield step.command
+        elif step.path is not None and step.content is not None:
+            yield from files.put._inner(src=StringIO(step.content), dest=step.path, mode="644")
