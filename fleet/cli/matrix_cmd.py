@@ -1,5 +1,168 @@
-"""`fleet matrix ...`: placeholder until the matrix commands land."""
+"""`fleet matrix check|show|diff`: validate, display and compare version matrices."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
 
 import typer
+from rich.table import Table
 
-app = typer.Typer(help="Validate, show and compare version matrices.", no_args_is_help=True)
+from fleet.cli.output import console, emit_json, print_problems, stdout
+from fleet.domain.matrix.diff import diff_matrices
+from fleet.domain.matrix.loader import LoadedMatrix, load_matrix
+from fleet.domain.matrix.models import Matrix
+from fleet.errors import BadInput, ExitCode
+
+app = typer.Typer(
+    help=(
+        "Validate, show and compare version matrices (matrices/*.yaml).\n\n"
+        "A matrix names releases (driver, CUDA, companions), the golden release per pool, "
+        "allowed and blocked versions, rollback targets and rollout settings. Validation uses "
+        "NVIDIA's CUDA/driver, branch lifecycle and GPU architecture tables shipped with fleet."
+    ),
+    no_args_is_help=True,
+)
+
+FileArg = Annotated[Path, typer.Argument(help="Matrix YAML file.", show_default=False)]
+JsonOpt = Annotated[
+    bool, typer.Option("--json", help="Print one JSON document on stdout (stable keys).")
+]
+
+
+def _load(path: Path) -> LoadedMatrix:
+    """Load with today's date (UTC) so end-of-life warnings are current."""
+    return load_matrix(path, today=datetime.now(UTC).date())
+
+
+@app.command("check")
+def check(file: FileArg, json: JsonOpt = False) -> None:
+    """Validate a matrix: structure, references, and NVIDIA compatibility rules.
+
+    Exit 0 when valid (warnings are printed), 2 when invalid: every error is printed as
+    `file:line: field: message`.
+    """
+    try:
+        loaded = _load(file)
+    except BadInput as exc:
+        if json:
+            emit_json(_check_report(str(file), exc.problems, valid=False))
+        raise
+    if json:
+        emit_json(_check_report(str(file), loaded.warnings, valid=True))
+        return
+    print_problems(loaded.warnings)
+    m = loaded.matrix
+    console.print(
+        f"[green]ok[/green]: {file}: {len(m.releases)} releases, {len(m.pools)} pools, "
+        f"{len(loaded.warnings)} warning(s)"
+    )
+
+
+def _check_report(file: str, problems: list, valid: bool) -> dict[str, object]:  # type: ignore[type-arg]
+    return {
+        "file": file,
+        "valid": valid,
+        "errors": [p.as_dict() for p in problems if p.severity == "error"],
+        "warnings": [p.as_dict() for p in problems if p.severity != "error"],
+    }
+
+
+@app.command("show")
+def show(file: FileArg, json: JsonOpt = False) -> None:
+    """Show the releases and pools of a valid matrix (JSON: the full model)."""
+    loaded = _load(file)
+    if json:
+        emit_json(loaded.matrix.model_dump(mode="json"))
+        return
+    print_problems(loaded.warnings)
+    stdout.print(_releases_table(loaded.matrix))
+    stdout.print(_pools_table(loaded.matrix))
+
+
+def _roles(matrix: Matrix) -> dict[str, list[str]]:
+    roles: dict[str, list[str]] = {r.name: [] for r in matrix.releases}
+    roles.setdefault(matrix.policy.golden.default, []).append("golden (default)")
+    for pool, name in matrix.policy.golden.pools.items():
+        roles.setdefault(name, []).append(f"golden {pool}")
+    for name in matrix.policy.allowed:
+        roles.setdefault(name, []).append("allowed")
+    for pool, name in matrix.policy.previous.items():
+        roles.setdefault(name, []).append(f"previous {pool}")
+    return roles
+
+
+def _releases_table(matrix: Matrix) -> Table:
+    table = Table(title="Releases")
+    for col in ("release", "branch", "driver", "flavor", "cuda"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("companions")
+    table.add_column("roles")
+    roles = _roles(matrix)
+    for rel in matrix.releases:
+        comp = rel.companions.model_dump(exclude_none=True)
+        table.add_row(
+            rel.name, f"R{rel.branch}", rel.driver.version, rel.driver.flavor, rel.cuda,
+            "\n".join(f"{k} {v}" for k, v in comp.items()) or "-",
+            "\n".join(roles.get(rel.name, [])) or "-",
+        )
+    return table
+
+
+def _pools_table(matrix: Matrix) -> Table:
+    table = Table(title="Pools")
+    for col in ("pool", "canary", "gpu", "golden", "previous"):
+        table.add_column(col, no_wrap=True)
+    for col in ("waves", "max unavail.", "bake"):
+        table.add_column(col)
+    for pool, s in matrix.pools.items():
+        r = s.rollout
+        table.add_row(
+            pool, "yes" if s.canary else "", s.gpu_model or "-", matrix.golden_name(pool),
+            matrix.policy.previous.get(pool, "-"), ", ".join(str(w) for w in r.waves),
+            str(r.max_unavailable), f"{r.bake_minutes} min",
+        )
+    return table
+
+
+@app.command("diff")
+def diff(
+    old: Annotated[Path, typer.Argument(help="The current matrix.", show_default=False)],
+    new: Annotated[Path, typer.Argument(help="The proposed matrix.", show_default=False)],
+    json: JsonOpt = False,
+) -> None:
+    """Per pool, how the golden release changes from OLD to NEW.
+
+    For each component (driver, CUDA, fabric manager, DCGM, container toolkit, cuDNN,
+    TensorRT, module flavor, kernel constraint): old and new value, and whether it is an
+    upgrade, a downgrade, a branch switch, added or removed. Both files must be valid.
+    """
+    problems: list = []  # type: ignore[type-arg]
+    loaded: list[LoadedMatrix] = []
+    for path in (old, new):
+        try:
+            loaded.append(_load(path))
+        except BadInput as exc:
+            problems += exc.problems
+    if problems:
+        raise BadInput(problems)
+    pools = diff_matrices(loaded[0].matrix, loaded[1].matrix)
+    if json:
+        emit_json({"old": str(old), "new": str(new), "pools": [p.as_dict() for p in pools]})
+        return
+    table = Table(title=f"{old} -> {new}")
+    for col in ("pool", "golden", "component", "old", "new", "kind"):
+        table.add_column(col, no_wrap=col in ("pool", "component", "old", "new"))
+    for p in pools:
+        golden = f"{p.old_release or '-'} -> {p.new_release or '-'}"
+        if not p.changes:
+            table.add_row(p.pool, golden, "", "", "", "unchanged")
+        for i, c in enumerate(p.changes):
+            kind = c.kind + (f" ({c.direction})" if c.kind == "branch_switch" else "")
+            table.add_row(p.pool if i == 0 else "", golden if i == 0 else "", c.component,
+                          c.old or "-", c.new or "-", kind)
+    stdout.print(table)
+
+
+__all__ = ["app", "ExitCode"]

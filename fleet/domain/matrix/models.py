@@ -1,0 +1,408 @@
+"""Pydantic shapes of a version matrix (`matrices/*.yaml`).
+
+Every model is frozen and forbids unknown keys, so a typo in a matrix is an error rather than a
+silently ignored setting. Versions are strings checked against strict patterns from
+`fleet.domain.versions`: they end up on package-manager command lines, and YAML would otherwise turn
+`cuda: 12.10` into the float 12.1.
+
+Cross-field rules (references between sections, NVIDIA compatibility tables, lifecycle) live in
+`fleet.domain.matrix.rules`, so that the loader can report all of them with file and line.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+
+from fleet.domain.versions import (
+    COMPANION_VERSION_RE,
+    CUDA_VERSION_RE,
+    DRIVER_VERSION_RE,
+    NAME_RE,
+    PACKAGE_NAME_RE,
+    cuda_major_minor,
+    driver_branch,
+    parse_constraint,
+)
+
+OsFamily = Literal["debian", "rhel"]
+Flavor = Literal["open", "proprietary"]
+Component = Literal[
+    "driver", "cuda", "fabric_manager", "dcgm", "container_toolkit", "cudnn", "tensorrt"
+]
+COMPONENTS: tuple[Component, ...] = (
+    "driver", "cuda", "fabric_manager", "dcgm", "container_toolkit", "cudnn", "tensorrt",
+)
+"""Install order: the driver first, the user-space stack after it."""
+
+_PERCENT_RE = re.compile(r"^([0-9]{1,3})%$")
+
+
+def _pattern(regex: re.Pattern[str], what: str, example: str) -> AfterValidator:
+    def check(value: str) -> str:
+        if not regex.fullmatch(value):
+            raise ValueError(f"{value!r} is not a valid {what} (expected e.g. {example})")
+        return value
+
+    return AfterValidator(check)
+
+
+def _check_constraint(value: str) -> str:
+    parse_constraint(value)
+    return value
+
+
+def _check_percent(value: object) -> object:
+    """A host count (an integer >= 1) or a percentage string "1%".."100%"; nothing else."""
+    if isinstance(value, str):
+        match = _PERCENT_RE.fullmatch(value)
+        if match and 1 <= int(match.group(1)) <= 100:
+            return value
+    elif isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    raise ValueError(
+        f"expected a host count (an integer >= 1) or a percentage such as '20%', got {value!r}"
+    )
+
+
+DriverVersion = Annotated[str, _pattern(DRIVER_VERSION_RE, "driver version", "550.54.15")]
+CudaVersion = Annotated[str, _pattern(CUDA_VERSION_RE, "CUDA version", '"12.4" or "12.4.1"')]
+CompanionVersion = Annotated[str, _pattern(COMPANION_VERSION_RE, "version", '"4.2.3"')]
+PackageName = Annotated[str, _pattern(PACKAGE_NAME_RE, "package name", "nvidia-driver-550")]
+Name = Annotated[str, _pattern(NAME_RE, "name", "r550-cuda12.4 (letters, digits, . _ -)")]
+KernelConstraint = Annotated[str, AfterValidator(_check_constraint)]
+CountOrPercent = Annotated[int | str, BeforeValidator(_check_percent)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass(frozen=True, order=True)
+class PackageSpec:
+    """One package a release installs, with its upstream version (no distro revision)."""
+
+    name: str
+    version: str
+    component: Component
+
+
+class Driver(_Model):
+    """The kernel driver: exact version, module flavor, and package names per OS family.
+
+    When `packages` names no packages for an OS family, `Release.packages` uses NVIDIA's usual
+    names (see there). Blackwell needs `open`; Maxwell, Pascal and Volta need `proprietary`.
+    """
+
+    version: DriverVersion
+    flavor: Flavor
+    packages: dict[OsFamily, list[PackageName]] | None = None
+
+    @property
+    def branch(self) -> str:
+        return driver_branch(self.version)
+
+
+class Companions(_Model):
+    """Optional user-space components pinned with the driver; None means "not managed"."""
+
+    fabric_manager: CompanionVersion | None = Field(
+        default=None, description="Fabric Manager version; must equal the driver version."
+    )
+    dcgm: CompanionVersion | None = None
+    container_toolkit: CompanionVersion | None = None
+    cudnn: CompanionVersion | None = None
+    tensorrt: CompanionVersion | None = None
+    kernel: KernelConstraint | None = Field(
+        default=None, description="Kernel version constraint such as '>=5.15,<6.9'."
+    )
+
+
+class Release(_Model):
+    """A named, installable set of versions: driver, CUDA toolkit and companions."""
+
+    name: Name
+    driver: Driver
+    cuda: CudaVersion
+    companions: Companions = Companions()
+    notes: str = ""
+
+    @property
+    def branch(self) -> str:
+        """The driver branch number, e.g. "550"."""
+        return self.driver.branch
+
+    def versions(self) -> dict[Component, str]:
+        """Each managed component's upstream version (unmanaged companions left out)."""
+        out: dict[Component, str] = {"driver": self.driver.version, "cuda": self.cuda}
+        c = self.companions
+        for component, version in (
+            ("fabric_manager", c.fabric_manager),
+            ("dcgm", c.dcgm),
+            ("container_toolkit", c.container_toolkit),
+            ("cudnn", c.cudnn),
+            ("tensorrt", c.tensorrt),
+        ):
+            if version is not None:
+                out[component] = version  # type: ignore[index]
+        return out
+
+    def packages(self, os_family: OsFamily) -> list[PackageSpec]:
+        """The exact packages this release installs on an OS family, in install order.
+
+        Default names, used where `driver.packages` names none for the family:
+
+        ================= ================================== ===============================
+        component         debian                             rhel
+        ================= ================================== ===============================
+        driver            nvidia-driver-{branch}[-open]      nvidia-driver (*)
+        cuda              cuda-toolkit-{major}-{minor}       cuda-toolkit-{major}-{minor}
+        fabric_manager    nvidia-fabricmanager-{branch}      nvidia-fabric-manager
+        dcgm              datacenter-gpu-manager             datacenter-gpu-manager
+        container_toolkit nvidia-container-toolkit           nvidia-container-toolkit
+        cudnn             cudnn{cudnn_major}-cuda-{major}    cudnn{cudnn_major}-cuda-{major}
+        tensorrt          tensorrt                           tensorrt
+        ================= ================================== ===============================
+
+        (*) on RHEL the branch and flavor are chosen by the dnf module stream
+        (`driver_module_stream`, e.g. `nvidia-driver:550-open`), not by the package name.
+        Versions are upstream versions ("550.54.15"); the distro revision is the deployer's job.
+        """
+        branch = self.branch
+        major, minor = cuda_major_minor(self.cuda)
+        specs: list[PackageSpec] = []
+        given = (self.driver.packages or {}).get(os_family)
+        if given:
+            specs += [PackageSpec(n, self.driver.version, "driver") for n in given]
+        elif os_family == "debian":
+            suffix = "-open" if self.driver.flavor == "open" else ""
+            name = f"nvidia-driver-{branch}{suffix}"
+            specs.append(PackageSpec(name, self.driver.version, "driver"))
+        else:
+            specs.append(PackageSpec("nvidia-driver", self.driver.version, "driver"))
+        specs.append(PackageSpec(f"cuda-toolkit-{major}-{minor}", self.cuda, "cuda"))
+        c = self.companions
+        if c.fabric_manager is not None:
+            name = f"nvidia-fabricmanager-{branch}"
+            if os_family == "rhel":
+                name = "nvidia-fabric-manager"
+            specs.append(PackageSpec(name, c.fabric_manager, "fabric_manager"))
+        if c.dcgm is not None:
+            specs.append(PackageSpec("datacenter-gpu-manager", c.dcgm, "dcgm"))
+        if c.container_toolkit is not None:
+            specs.append(
+                PackageSpec("nvidia-container-toolkit", c.container_toolkit, "container_toolkit")
+            )
+        if c.cudnn is not None:
+            cudnn_major = c.cudnn.split(".", 1)[0]
+            specs.append(PackageSpec(f"cudnn{cudnn_major}-cuda-{major}", c.cudnn, "cudnn"))
+        if c.tensorrt is not None:
+            specs.append(PackageSpec("tensorrt", c.tensorrt, "tensorrt"))
+        return specs
+
+    def driver_module_stream(self) -> str:
+        """The RHEL dnf module stream that selects branch and flavor: "550-open" or "550-dkms"."""
+        return f"{self.branch}-{'open' if self.driver.flavor == 'open' else 'dkms'}"
+
+
+class GoldenPolicy(_Model):
+    """Which release each pool should run: a default, and per-pool overrides."""
+
+    default: Name
+    pools: dict[Name, Name] = {}
+
+
+class BlockedVersion(_Model):
+    """A version nobody may roll out, with the reason (an incident, a known regression)."""
+
+    version: CompanionVersion
+    reason: str = Field(min_length=1)
+    component: Component = "driver"
+
+
+class Thresholds(_Model):
+    """Health-check limits, defaults from DCGM and node-health-check practice (nvidia.md §3-4).
+
+    Counts are per GPU. "limit" fields fail at or above the value; "max" fields fail above it.
+    """
+
+    ecc_uncorrectable_max: int = Field(
+        default=0, ge=0,
+        description="Volatile uncorrectable (DBE) ECC errors tolerated; DCGM fails on any (> 0).",
+    )
+    ecc_corrected_per_week_max: int = Field(
+        default=1000, ge=0,
+        description="Weekly growth of aggregate DRAM corrected errors before an alert; "
+        "site-tunable, NVIDIA gives no number (trend signal, alert on step increases).",
+    )
+    sram_uncorrectable_max: int = Field(
+        default=0, ge=0,
+        description="Aggregate SRAM uncorrectable errors tolerated (Azure NHC fails on any).",
+    )
+    retired_pages_limit: int = Field(
+        default=60, ge=1,
+        description="SBE+DBE retired pages (pre-Ampere) at which a GPU fails; DCGM's old limit "
+        "was 60, current DCGM uses 63 to match the field diag.",
+    )
+    retired_pages_dbe_soft_limit: int = Field(
+        default=15, ge=0,
+        description="DBE retired pages above which any new DBE retirement in a week fails (DCGM).",
+    )
+    remapped_rows_uncorrectable_limit: int = Field(
+        default=512, ge=1,
+        description="Uncorrectable remapped rows at which a GPU fails (DCGM, Azure NHC).",
+    )
+    fail_on_remap_pending: bool = Field(
+        default=True, description="Row remap pending needs a GPU reset; drain-and-reset."
+    )
+    fail_on_remap_failure: bool = Field(
+        default=True, description="Row remap failure is NVIDIA's RMA criterion."
+    )
+    pcie_replay_per_lane_per_min: dict[int, float] = Field(
+        default={1: 0.15, 2: 0.3, 3: 0.48, 4: 0.96, 5: 1.92, 6: 3.84},
+        description="Allowed PCIe replays per minute per lane, by PCIe generation (DCGM, BER "
+        "1e-12); the limit is ceil(rate * lanes): x16 Gen4 ~16/min, Gen5 ~31/min.",
+    )
+    aer_uncorrectable_max: int = Field(
+        default=0, ge=0,
+        description="New fatal/non-fatal AER errors on a GPU or its upstream port tolerated; "
+        "the nvidia driver cannot recover from any.",
+    )
+    aer_correctable_fleet_factor: float = Field(
+        default=10.0, gt=0,
+        description="Alert when a GPU's weekly correctable AER delta exceeds this multiple of "
+        "the fleet median for its platform.",
+    )
+    gpu_temperature_max_c: int = Field(
+        default=87, ge=0, le=150,
+        description="GPU core temperature (deg C) above which the health check fails.",
+    )
+    memory_temperature_max_c: int = Field(
+        default=95, ge=0, le=150,
+        description="HBM temperature (deg C) above which the health check fails.",
+    )
+    quarantine_max_share: float = Field(
+        default=0.10, gt=0, le=1,
+        description="Largest share of a pool that automatic quarantine may take out at once; "
+        "beyond it the tool stops and asks a human (a broken monitor must not drain the fleet).",
+    )
+
+
+class Policy(_Model):
+    """Golden releases, what the drift audit accepts, what is forbidden, and rollback targets."""
+
+    golden: GoldenPolicy
+    allowed: list[Name] = []
+    blocked: list[BlockedVersion] = []
+    previous: dict[Name, Name] = Field(
+        default={}, description="Pool -> last known-good release, the rollback target."
+    )
+    thresholds: Thresholds = Thresholds()
+
+
+class GateSettings(_Model):
+    """Which gates run between rollout steps, and how often an inconclusive gate is retried."""
+
+    health: bool = True
+    benchmark: bool = True
+    replay: bool = False
+    max_retries: int = Field(default=1, ge=0, le=10)
+
+
+class RolloutSettings(_Model):
+    """How a pool changes: waves in Ansible's `serial` grammar, budgets and gates."""
+
+    waves: list[CountOrPercent] = Field(
+        default=[1, "25%"], min_length=1,
+        description="Wave sizes, counts or percentages of the pool ('20%'); the last repeats.",
+    )
+    max_unavailable: CountOrPercent = "10%"
+    bake_minutes: int = Field(default=30, ge=0)
+    failure_budget_per_wave: int = Field(default=0, ge=0)
+    failure_budget_total: int = Field(default=1, ge=0)
+    gates: GateSettings = GateSettings()
+
+    def wave_sizes(self, n_hosts: int) -> list[int]:
+        return wave_sizes(self.waves, n_hosts)
+
+
+class PoolSettings(_Model):
+    """A pool's role (canary or not), its GPU model, and its rollout settings."""
+
+    canary: bool = False
+    gpu_model: str | None = Field(
+        default=None, max_length=64, description="e.g. H100, A100, L40S; checked against branches."
+    )
+    rollout: RolloutSettings = RolloutSettings()
+
+
+class Matrix(_Model):
+    """The whole matrix file."""
+
+    schema_version: Literal[1] = 1
+    releases: list[Release] = Field(min_length=1)
+    policy: Policy
+    pools: dict[Name, PoolSettings] = {}
+
+    def release(self, name: str) -> Release:
+        """The release called `name`; KeyError when the matrix has none."""
+        for rel in self.releases:
+            if rel.name == name:
+                return rel
+        raise KeyError(name)
+
+    def golden_name(self, pool: str) -> str:
+        return self.policy.golden.pools.get(pool, self.policy.golden.default)
+
+    def golden_for(self, pool: str) -> Release:
+        """The release a pool should run: its override, else the default."""
+        return self.release(self.golden_name(pool))
+
+    def previous_for(self, pool: str) -> Release | None:
+        """The pool's known-good rollback target, if the matrix names one."""
+        name = self.policy.previous.get(pool)
+        return self.release(name) if name is not None else None
+
+    def allowed_releases(self) -> list[Release]:
+        """Releases the drift audit accepts: every golden release plus `policy.allowed`."""
+        names = {self.policy.golden.default, *self.policy.golden.pools.values(),
+                 *self.policy.allowed}
+        return [r for r in self.releases if r.name in names]
+
+
+def wave_sizes(serial: list[int | str], n_hosts: int) -> list[int]:
+    """Batch sizes for `n_hosts` under Ansible's `serial` semantics.
+
+    A percentage is of the whole pool, rounded down but at least 1; a count is taken as is; the
+    last value repeats until every host is in a batch; the final batch may be smaller. An empty
+    list means one batch of everything. The result always sums to `n_hosts`.
+    """
+    if n_hosts <= 0:
+        return []
+    if not serial:
+        return [n_hosts]
+    sizes: list[int] = []
+    remaining = n_hosts
+    i = 0
+    while remaining > 0:
+        item = serial[min(i, len(serial) - 1)]
+        size = _to_count(item, n_hosts)
+        if size <= 0:
+            size = remaining
+        size = min(size, remaining)
+        sizes.append(size)
+        remaining -= size
+        i += 1
+    return sizes
+
+
+def _to_count(item: int | str, n_hosts: int) -> int:
+    if isinstance(item, str):
+        text = item.strip()
+        if text.endswith("%"):
+            return int(float(text[:-1]) / 100.0 * n_hosts) or 1
+        return int(text)
+    return int(item)

@@ -1,0 +1,247 @@
+"""Cross-field rules of a matrix, checked against NVIDIA's shipped tables.
+
+Each rule is a pure function `(matrix, today) -> list[Problem]`. Problems carry the field path
+(`releases[1].cuda`) but no file or line: the loader fills those in from the YAML source map, so
+the rules stay independent of how the matrix was read. `today` is passed in (None skips the
+date-dependent checks), never read from the clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import date
+
+from fleet.domain import nvidia_data
+from fleet.domain.matrix.models import Matrix, Release
+from fleet.domain.versions import branch_label, compare
+from fleet.errors import Problem
+
+Rule = Callable[[Matrix, date | None], list[Problem]]
+
+
+def _error(field: str, message: str) -> Problem:
+    return Problem(None, None, field, message, "error")
+
+
+def _warning(field: str, message: str) -> Problem:
+    return Problem(None, None, field, message, "warning")
+
+
+def _index(matrix: Matrix) -> dict[str, int]:
+    """Release name -> index of its first definition."""
+    out: dict[str, int] = {}
+    for i, rel in enumerate(matrix.releases):
+        out.setdefault(rel.name, i)
+    return out
+
+
+def _references(matrix: Matrix) -> Iterator[tuple[str, str, str]]:
+    """Every (field path, release name, role) where the policy names a release."""
+    policy = matrix.policy
+    yield "policy.golden.default", policy.golden.default, "golden"
+    for pool, name in policy.golden.pools.items():
+        yield f"policy.golden.pools.{pool}", name, "golden"
+    for i, name in enumerate(policy.allowed):
+        yield f"policy.allowed[{i}]", name, "allowed"
+    for pool, name in policy.previous.items():
+        yield f"policy.previous.{pool}", name, "previous"
+
+
+def _pool_releases(matrix: Matrix) -> Iterator[tuple[str, str, Release, str]]:
+    """(pool, field, release, role) for each pool's golden and previous release that exist."""
+    index = _index(matrix)
+    for pool in matrix.pools:
+        field = (
+            f"policy.golden.pools.{pool}" if pool in matrix.policy.golden.pools
+            else "policy.golden.default"
+        )
+        name = matrix.golden_name(pool)
+        if name in index:
+            yield pool, field, matrix.releases[index[name]], "golden"
+        prev = matrix.policy.previous.get(pool)
+        if prev is not None and prev in index:
+            yield pool, f"policy.previous.{pool}", matrix.releases[index[prev]], "previous"
+
+
+def duplicate_release_names(matrix: Matrix, today: date | None) -> list[Problem]:
+    seen: dict[str, int] = {}
+    out = []
+    for i, rel in enumerate(matrix.releases):
+        if rel.name in seen:
+            out.append(_error(
+                f"releases[{i}].name",
+                f"duplicate release name {rel.name!r} (also releases[{seen[rel.name]}])",
+            ))
+        else:
+            seen[rel.name] = i
+    return out
+
+
+def undefined_releases(matrix: Matrix, today: date | None) -> list[Problem]:
+    names = _index(matrix)
+    known = ", ".join(sorted(names)) or "none"
+    return [
+        _error(field, f"{role} release {name!r} is not defined in releases (known: {known})")
+        for field, name, role in _references(matrix)
+        if name not in names
+    ]
+
+
+def unknown_pools(matrix: Matrix, today: date | None) -> list[Problem]:
+    out = []
+    for section, mapping in (
+        ("policy.golden.pools", matrix.policy.golden.pools),
+        ("policy.previous", matrix.policy.previous),
+    ):
+        for pool in mapping:
+            if pool not in matrix.pools:
+                out.append(_error(f"{section}.{pool}", f"pool {pool!r} is not defined in pools"))
+    return out
+
+
+def cuda_needs_driver(matrix: Matrix, today: date | None) -> list[Problem]:
+    """CUDA toolkit vs driver, from Table 3 (full support) and Table 2 (minor-version compat)."""
+    data = nvidia_data.load()
+    out = []
+    for i, rel in enumerate(matrix.releases):
+        field = f"releases[{i}].cuda"
+        verdict, required = nvidia_data.cuda_compatibility(data, rel.cuda, rel.driver.version)
+        if verdict == "unknown":
+            out.append(_warning(field, (
+                f"CUDA {rel.cuda} is not in NVIDIA's table shipped with fleet (newest known "
+                f"{data.newest_toolkit()}); driver compatibility not checked"
+            )))
+        elif verdict == "too_old":
+            mvc = data.mvc_row(rel.cuda)
+            mvc_text = (
+                f"; minor-version compatibility for CUDA {mvc.cuda_major}.x needs >= "
+                f"{mvc.min_driver}" if mvc else ""
+            )
+            out.append(_error(field, (
+                f"CUDA {rel.cuda} is too new for driver {rel.driver.version}: it needs driver "
+                f">= {required}{mvc_text}"
+            )))
+        elif verdict == "mvc":
+            out.append(_warning(field, (
+                f"CUDA {rel.cuda} needs driver >= {required} for full support; driver "
+                f"{rel.driver.version} runs it only through minor-version compatibility "
+                "(limited features, newer PTX will not JIT)"
+            )))
+    return out
+
+
+def fabric_manager_matches_driver(matrix: Matrix, today: date | None) -> list[Problem]:
+    """Fabric Manager refuses to start unless its version equals the driver's exactly."""
+    return [
+        _error(
+            f"releases[{i}].companions.fabric_manager",
+            f"fabric manager {rel.companions.fabric_manager} must equal the driver version "
+            f"{rel.driver.version}",
+        )
+        for i, rel in enumerate(matrix.releases)
+        if rel.companions.fabric_manager is not None
+        and compare(rel.companions.fabric_manager, rel.driver.version) != 0
+    ]
+
+
+def gpu_architecture(matrix: Matrix, today: date | None) -> list[Problem]:
+    """The golden and previous release of each pool must support the pool's GPU architecture."""
+    data = nvidia_data.load()
+    out = []
+    for pool, settings in matrix.pools.items():
+        if settings.gpu_model is None:
+            continue
+        arch = data.architecture_of(settings.gpu_model)
+        if arch is None:
+            out.append(_warning(f"pools.{pool}.gpu_model", (
+                f"unknown GPU model {settings.gpu_model!r}; driver branch support not checked"
+            )))
+            continue
+        for rel_pool, field, rel, role in _pool_releases(matrix):
+            if rel_pool != pool:
+                continue
+            what = f"pool {pool!r} ({settings.gpu_model}, {arch.name.capitalize()})"
+            branch = rel.branch
+            if arch.last_branch is not None and compare(branch, arch.last_branch) > 0:
+                out.append(_error(field, (
+                    f"{role} release {rel.name!r} uses {branch_label(branch)}, but "
+                    f"{branch_label(arch.last_branch)} is the last branch supporting {what}"
+                )))
+            if arch.first_branch is not None and compare(branch, arch.first_branch) < 0:
+                out.append(_error(field, (
+                    f"{role} release {rel.name!r} uses {branch_label(branch)}, older than "
+                    f"{branch_label(arch.first_branch)}, the first branch supporting {what}"
+                )))
+            if rel.driver.flavor not in arch.flavors:
+                out.append(_error(field, (
+                    f"{role} release {rel.name!r} uses the {rel.driver.flavor} kernel modules; "
+                    f"{what} needs {' or '.join(arch.flavors)}"
+                )))
+    return out
+
+
+def blocked_versions(matrix: Matrix, today: date | None) -> list[Problem]:
+    """No golden or rollback release may use a blocked version; an allowed one gets a warning."""
+    index = _index(matrix)
+    out = []
+    for field, name, role in _references(matrix):
+        if name not in index:
+            continue
+        versions = matrix.releases[index[name]].versions()
+        for block in matrix.policy.blocked:
+            used = versions.get(block.component)
+            if used is None or compare(used, block.version) != 0:
+                continue
+            message = (
+                f"{role} release {name!r} uses blocked {block.component} {block.version}: "
+                f"{block.reason}"
+            )
+            out.append(_warning(field, message) if role == "allowed" else _error(field, message))
+    return out
+
+
+def branch_lifecycle(matrix: Matrix, today: date | None) -> list[Problem]:
+    """Warn on a branch past end of life, and on a New Feature Branch chosen as golden."""
+    data = nvidia_data.load()
+    out = []
+    if today is not None:
+        for i, rel in enumerate(matrix.releases):
+            info = data.branch(rel.branch)
+            if info is not None and info.past_eol(today):
+                out.append(_warning(f"releases[{i}].driver.version", (
+                    f"release {rel.name!r}: driver branch {branch_label(rel.branch)} "
+                    f"({info.designation}) reached end of life in {info.eol}"
+                )))
+    golden_fields: dict[str, str] = {}
+    for field, name, role in _references(matrix):
+        if role == "golden":
+            golden_fields.setdefault(name, field)
+    index = _index(matrix)
+    for name, field in golden_fields.items():
+        if name not in index:
+            continue
+        rel = matrix.releases[index[name]]
+        info = data.branch(rel.branch)
+        if info is not None and info.designation == "NFB":
+            out.append(_warning(field, (
+                f"golden release {name!r} is on {branch_label(rel.branch)}, a New Feature "
+                "Branch: short-lived, prefer a Production or Long Term Support branch"
+            )))
+    return out
+
+
+RULES: tuple[Rule, ...] = (
+    duplicate_release_names,
+    undefined_releases,
+    unknown_pools,
+    cuda_needs_driver,
+    fabric_manager_matches_driver,
+    gpu_architecture,
+    blocked_versions,
+    branch_lifecycle,
+)
+
+
+def check(matrix: Matrix, today: date | None) -> list[Problem]:
+    """Every rule's problems, errors and warnings together."""
+    return [problem for rule in RULES for problem in rule(matrix, today)]
