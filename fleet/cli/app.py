@@ -59,17 +59,6 @@ def main(
     ctx.obj = Settings(db=db)
 
 
-def _register() -> None:
-    """Attach command groups; each lives in its own module so a broken one is easy to find."""
-    from fleet.cli import commands
-
-    for name, sub in commands.groups():
-        app.add_typer(sub, name=name)
-
-
-_register()
-
-
 def run(argv: list[str] | None = None) -> None:
     """Console-script entry: the one place where errors become exit codes."""
     try:
@@ -105,3 +94,14 @@ def existing_file(path: Path) -> Path:
     if not path.is_file():
         raise BadInput.single("no such file", file=str(path))
     return path
+
+
+def _register() -> None:
+    """Attach command groups; each lives in its own module so a broken one is easy to find."""
+    from fleet.cli import commands
+
+    for name, sub in commands.groups():
+        app.add_typer(sub, name=name)
+
+
+_register()

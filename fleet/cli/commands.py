@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import importlib
+
 import typer
+
+# (group name, module under fleet.cli); each module exposes a typer app named `app`.
+GROUPS: tuple[tuple[str, str], ...] = (
+    ("matrix", "matrix_cmd"),
+    ("history", "history_cmd"),
+)
 
 
 def groups() -> list[tuple[str, typer.Typer]]:
-    from fleet.cli import matrix_cmd
-
     return [
-        ("matrix", matrix_cmd.app),
+        (name, importlib.import_module(f"fleet.cli.{module}").app) for name, module in GROUPS
     ]

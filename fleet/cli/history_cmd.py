@@ -1,0 +1,109 @@
+"""`fleet history ...`: migrate the history database and read its events and hosts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from fleet.cli.output import console, emit_json
+from fleet.errors import BadInput
+from fleet.history import History, list_events, list_hosts, open_history
+from fleet.history.engine import parse_target
+from fleet.history.migrate import current_revision, head_revision, upgrade
+from fleet.history.models import Event, Host
+
+app = typer.Typer(help="The history database: migrate it, read events and hosts.",
+                  no_args_is_help=True)
+
+def _db(ctx: typer.Context) -> str:
+    """The global --db / FLEET_DB (imported late: fleet.cli.app imports this module)."""
+    from fleet.cli.app import settings
+
+    return settings(ctx).db
+
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
+LimitOpt = Annotated[int, typer.Option("--limit", "-n", min=1, help="How many, newest first.")]
+
+
+def _open_existing(ctx: typer.Context) -> History:
+    """Reports never create a database: a typo in --db should say so, not show an empty one."""
+    target = _db(ctx)
+    url = parse_target(target)
+    is_file = url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:")
+    if is_file and not Path(str(url.database)).exists():
+        raise BadInput.single(
+            "no history database here yet (created by the first command that records "
+            "something, or by `fleet history migrate`)", file=url.database, field="--db")
+    return open_history(target)
+
+
+@app.command()
+def migrate(ctx: typer.Context) -> None:
+    """Create the database if needed and upgrade its schema to the latest revision."""
+    with open_history(_db(ctx), migrate=False) as h:
+        before = current_revision(h)
+        changed = upgrade(h)
+        after = current_revision(h)
+        where = h.display_url
+    if changed:
+        console.print(f"history {where}: upgraded {before or 'empty'} -> {after}")
+    else:
+        console.print(f"history {where}: already at {after} (latest {head_revision()})")
+
+
+def event_dict(e: Event) -> dict[str, Any]:
+    return {"id": e.id, "at": e.at, "actor": e.actor, "kind": e.kind, "subject": e.subject,
+            "message": e.message, "data": e.data}
+
+
+def host_dict(h: Host) -> dict[str, Any]:
+    return {"name": h.name, "pool": h.pool, "gpu_model": h.gpu_model, "gpu_count": h.gpu_count,
+            "labels": h.labels, "first_seen": h.first_seen, "last_seen": h.last_seen}
+
+
+@app.command()
+def events(
+    ctx: typer.Context,
+    limit: LimitOpt = 50,
+    kind: Annotated[str | None, typer.Option("--kind", help="Only events of this kind.")] = None,
+    json: JsonFlag = False,
+) -> None:
+    """The event log, newest first: who did what, when and why."""
+    with _open_existing(ctx) as h:
+        rows = list_events(h, limit=limit, kind=kind)
+    if json:
+        emit_json({"events": [event_dict(e) for e in rows]})
+        return
+    if not rows:
+        console.print("no events")
+        return
+    table = Table("at (UTC)", "actor", "kind", "subject", "message", box=None)
+    for e in rows:
+        table.add_row(e.at.strftime("%Y-%m-%d %H:%M:%S"), e.actor, e.kind, e.subject, e.message)
+    console.print(table)
+
+
+@app.command()
+def hosts(
+    ctx: typer.Context,
+    pool: Annotated[str | None, typer.Option("--pool", help="Only hosts of this pool.")] = None,
+    json: JsonFlag = False,
+) -> None:
+    """Every host the history knows, by pool."""
+    with _open_existing(ctx) as h:
+        rows = list_hosts(h, pool=pool)
+    if json:
+        emit_json({"hosts": [host_dict(x) for x in rows]})
+        return
+    if not rows:
+        console.print("no hosts")
+        return
+    table = Table("host", "pool", "gpus", "model", "last seen (UTC)", box=None)
+    for x in rows:
+        table.add_row(x.name, x.pool, str(x.gpu_count), x.gpu_model or "-",
+                      x.last_seen.strftime("%Y-%m-%d %H:%M:%S"))
+    console.print(table)

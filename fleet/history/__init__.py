@@ -1,0 +1,38 @@
+"""The history store: every probe, finding, benchmark, rollout step and decision.
+
+Open it with `open_history(url_or_path)` (a SQLite path or any SQLAlchemy URL; the schema is
+upgraded on open), then call the repository functions below, or use `history.write()` /
+`history.read()` sessions with the models for anything they do not cover.
+"""
+
+from fleet.history.engine import History, open_history
+from fleet.history.events import count_events, list_events, os_actor, record_event
+from fleet.history.models import utcnow
+from fleet.history.store import (
+    FindingRecord,
+    GpuCounters,
+    add_snapshot,
+    findings_of,
+    get_host,
+    gpu_samples,
+    list_hosts,
+    upsert_host,
+)
+
+__all__ = [
+    "FindingRecord",
+    "GpuCounters",
+    "History",
+    "add_snapshot",
+    "count_events",
+    "findings_of",
+    "get_host",
+    "gpu_samples",
+    "list_events",
+    "list_hosts",
+    "open_history",
+    "os_actor",
+    "record_event",
+    "upsert_host",
+    "utcnow",
+]
