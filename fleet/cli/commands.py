@@ -10,6 +10,8 @@ import typer
 GROUPS: tuple[tuple[str, str], ...] = (
     ("matrix", "matrix_cmd"),
     ("history", "history_cmd"),
+    ("facts", "facts_cmd"),
+    ("logs", "logs_cmd"),
 )
 
 

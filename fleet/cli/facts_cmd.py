@@ -1,0 +1,125 @@
+"""`fleet facts ...`: read host facts from captures (nvidia-smi XML/text/CSV, probe JSON)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from fleet.cli.output import console, emit_json
+from fleet.domain.checks import Finding, Severity, run_checks, worst
+from fleet.domain.facts import HostFacts
+from fleet.errors import BadInput, ProblemsFound
+from fleet.facts import facts_from_file
+
+app = typer.Typer(
+    help="Host facts from captures: nvidia-smi -q -x / -q / --query-gpu, probe JSON.",
+    no_args_is_help=True,
+)
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
+
+_STYLE = {Severity.FAIL: "red", Severity.WARN: "yellow", Severity.OK: "green"}
+
+
+def print_findings(findings: list[Finding]) -> None:
+    if not findings:
+        console.print("[green]no findings[/green]")
+        return
+    for f in findings:
+        style = _STYLE[f.severity]
+        gpu = f" [{f.gpu}]" if f.gpu else ""
+        console.print(
+            f"[{style}]{f.severity.value:4}[/{style}] {f.check}{gpu}: {f.message} "
+            f"[dim](remediation: {f.remediation})[/dim]",
+            soft_wrap=True,
+        )
+
+
+def print_facts(facts: HostFacts) -> None:
+    v = facts.versions
+    console.print(
+        f"[bold]{facts.input_file or facts.identity and facts.identity.hostname}[/bold] "
+        f"source={facts.source} driver={v.driver_library or v.driver_kernel_module} "
+        f"cuda={v.cuda_driver_api} gpus={len(facts.gpus)}"
+    )
+    t = Table(
+        "idx",
+        "name",
+        "pci",
+        "pcie",
+        "temp",
+        "power",
+        "ecc unc (vol/agg)",
+        "remap",
+        "mig",
+        "pm",
+        box=None,
+    )
+    for g in facts.gpus:
+        remap = (
+            "-"
+            if g.remapped_rows_pending is None
+            else (
+                "FAILED"
+                if g.remapped_rows_failure
+                else "pending"
+                if g.remapped_rows_pending
+                else "ok"
+            )
+        )
+        t.add_row(
+            str(g.index),
+            g.name or "?",
+            g.pci_bus_id or "?",
+            f"gen{g.pcie_gen_current}/{g.pcie_gen_max} x{g.pcie_width_current}",
+            f"{g.temperature_c}C",
+            f"{g.power_draw_w}/{g.power_limit_w}W",
+            f"{g.ecc_volatile_uncorrected}/{g.ecc_aggregate_uncorrected}",
+            remap,
+            str(g.mig_mode_current),
+            str(g.persistence_mode),
+        )
+    console.print(t)
+
+
+@app.command("parse")
+def parse(
+    files: Annotated[list[Path], typer.Argument(help="Capture files; the format is detected.")],
+    json_out: JsonFlag = False,
+) -> None:
+    """Parse captures into host facts and run the health checks on each.
+
+    Exit 1 when any check fails, 2 when a file is unreadable or of unknown format.
+    """
+    results = []
+    problems = []
+    for path in files:
+        try:
+            facts = facts_from_file(path)
+        except BadInput as exc:
+            problems.extend(exc.problems)
+            continue
+        results.append((facts, run_checks(facts)))
+    if problems:
+        raise BadInput(problems)
+    if json_out:
+        emit_json(
+            [
+                {
+                    "file": f.input_file,
+                    "facts": f.to_json_dict(),
+                    "findings": [x.model_dump(mode="json") for x in fs],
+                }
+                for f, fs in results
+            ]
+        )
+    else:
+        for facts, findings in results:
+            print_facts(facts)
+            print_findings(findings)
+    failed = [f.input_file for f, fs in results if worst(fs) is Severity.FAIL]
+    if failed:
+        raise ProblemsFound(f"failing checks in {', '.join(str(x) for x in failed)}")

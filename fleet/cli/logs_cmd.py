@@ -1,0 +1,59 @@
+"""`fleet logs ...`: kernel logs -> Xid, fallen-off-the-bus and PCIe AER events."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from fleet.cli.facts_cmd import print_findings
+from fleet.cli.output import console, emit_json
+from fleet.domain.checks import Severity, run_checks, worst, xid_classes
+from fleet.domain.facts import HostFacts, KernelEvent, KernelLog
+from fleet.errors import BadInput, ProblemsFound
+from fleet.probe.hostprobe import parse_kernel_log
+
+app = typer.Typer(
+    help="Kernel logs: Xid, fallen-off-the-bus and PCIe AER events.", no_args_is_help=True
+)
+
+
+def events_from_text(text: str) -> list[KernelEvent]:
+    """The probe's own parser, with the classes of the package's Xid catalog."""
+    return [KernelEvent.model_validate(e) for e in parse_kernel_log(text, xid_classes())]
+
+
+@app.command("parse")
+def parse(
+    file: Annotated[Path, typer.Argument(help="dmesg, journalctl -k, kern.log, ... (any shape).")],
+    json_out: Annotated[bool, typer.Option("--json", help="The events as JSON on stdout.")] = False,
+) -> None:
+    """Print the events in a kernel log and the findings they raise.
+
+    `--json` prints a list of events with the stable keys kind, pci, xid, severity, line, text
+    (plus timestamp, uuid, pid, process, device_id, bits). Exit 1 when a finding fails.
+    """
+    try:
+        raw = file.read_bytes()
+    except OSError as exc:
+        raise BadInput.single(f"cannot read: {exc.strerror or exc}", file=str(file)) from exc
+    if b"\x00" in raw[:4096]:
+        raise BadInput.single("binary file, not a text kernel log", file=str(file), line=1)
+    events = events_from_text(raw.decode("utf-8", errors="replace"))
+    facts = HostFacts(input_file=str(file), kernel_log=KernelLog(source="file", events=events))
+    findings = run_checks(facts)
+    if json_out:
+        emit_json([e.model_dump(mode="json") for e in events])
+    else:
+        for e in events:
+            what = f"Xid {e.xid}" if e.kind == "xid" else e.kind
+            console.print(
+                f"{file}:{e.line}: {what} {e.pci or '-'} {e.severity or ''}  "
+                f"[dim]{e.text[:120]}[/dim]",
+                soft_wrap=True,
+            )
+        console.print(f"{len(events)} event(s)")
+        print_findings(findings)
+    if worst(findings) is Severity.FAIL:
+        raise ProblemsFound(f"{file}: failing findings")

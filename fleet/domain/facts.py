@@ -1,0 +1,258 @@
+"""Host facts: what the probe (or an offline import) knows about one GPU host.
+
+One model for every source: the host probe's JSON (`fleet/probe/hostprobe.py`), `nvidia-smi -q -x`
+XML, `nvidia-smi -q` text and `--query-gpu` CSV all validate into `HostFacts`.
+
+Unreadable fields. The probe never raises for a fact it cannot read; it writes
+`{"error": "not_supported", "detail": "..."}` in the field's place. Every model here turns such a
+value into `None` and records the reason in its own `unreadable` mapping (field name -> reason), so
+checks read plain optional values and reports can still say *why* a value is missing. A section
+that was not collected at all (an offline XML import has no kernel log) is `None` with no reason.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+FactsSource = Literal[
+    "nvml", "nvidia-smi", "nvidia-smi-xml", "nvidia-smi-q", "nvidia-smi-csv", "none"
+]
+EventKind = Literal["xid", "aer", "fallen_off_bus"]
+
+
+def _is_error(value: Any) -> bool:
+    return isinstance(value, dict) and "error" in value and set(value) <= {"error", "detail"}
+
+
+class _Facts(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    unreadable: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lift_errors(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        reasons: dict[str, str] = dict(data.get("unreadable") or {})
+        for key, value in list(data.items()):
+            if key != "unreadable" and _is_error(value):
+                reason = str(value["error"])
+                if value.get("detail"):
+                    reason += f": {value['detail']}"
+                reasons[key] = reason
+                data[key] = None
+        data["unreadable"] = reasons
+        return data
+
+
+class HostIdentity(_Facts):
+    hostname: str | None = None
+    os: str | None = None
+    kernel: str | None = None
+    arch: str | None = None
+    boot_id: str | None = None
+    uptime_s: float | None = None
+
+
+class PackageVersion(BaseModel):
+    name: str
+    version: str
+    held: bool = False
+
+
+class Packages(_Facts):
+    manager: Literal["dpkg", "rpm"] | None = None
+    items: list[PackageVersion] = Field(default_factory=list)
+
+    def get(self, name: str) -> PackageVersion | None:
+        return next((p for p in self.items if p.name == name), None)
+
+
+class Toolkit(BaseModel):
+    path: str
+    version: str
+
+
+class Versions(_Facts):
+    driver_library: str | None = None
+    """User-space driver version as NVML (or nvidia-smi, which uses NVML) reports it."""
+    driver_kernel_module: str | None = None
+    """Loaded kernel module's version, from /proc/driver/nvidia/version."""
+    kernel_module_flavor: Literal["open", "proprietary"] | None = None
+    cuda_driver_api: str | None = None
+    """Highest CUDA version the driver supports ("12.4"); not an installed toolkit."""
+    nvml_library: str | None = None
+    packages: Packages | None = None
+    toolkits: list[Toolkit] | None = None
+
+
+class RemapHistogram(BaseModel):
+    max: int
+    high: int
+    partial: int
+    low: int
+    none: int
+
+
+class GpuFacts(_Facts):
+    index: int | None = None
+    name: str | None = None
+    uuid: str | None = None
+    serial: str | None = None
+    minor_number: int | None = None
+    pci_bus_id: str | None = None
+    """Normalized "0000:9b:00.0" (4-digit domain, lower case, with function)."""
+    pci_device_id: str | None = None
+    pcie_gen_current: int | None = None
+    pcie_gen_max: int | None = None
+    pcie_width_current: int | None = None
+    pcie_width_max: int | None = None
+    pcie_replay_counter: int | None = None
+    clock_graphics_mhz: int | None = None
+    clock_sm_mhz: int | None = None
+    clock_mem_mhz: int | None = None
+    clock_max_graphics_mhz: int | None = None
+    clock_max_sm_mhz: int | None = None
+    clock_max_mem_mhz: int | None = None
+    clock_event_reasons: list[str] | None = None
+    """Active clock-event (formerly "throttle") reasons, e.g. ["hw_thermal_slowdown"]."""
+    clock_event_reasons_mask: int | None = None
+    temperature_c: int | None = None
+    power_draw_w: float | None = None
+    power_limit_w: float | None = None
+    ecc_mode_current: bool | None = None
+    ecc_mode_pending: bool | None = None
+    ecc_volatile_corrected: int | None = None
+    ecc_volatile_uncorrected: int | None = None
+    ecc_aggregate_corrected: int | None = None
+    ecc_aggregate_uncorrected: int | None = None
+    ecc_sram_threshold_exceeded: bool | None = None
+    retired_pages_sbe: int | None = None
+    retired_pages_dbe: int | None = None
+    retired_pages_pending: bool | None = None
+    remapped_rows_correctable: int | None = None
+    remapped_rows_uncorrectable: int | None = None
+    remapped_rows_pending: bool | None = None
+    remapped_rows_failure: bool | None = None
+    remap_histogram: RemapHistogram | None = None
+    mig_mode_current: bool | None = None
+    mig_mode_pending: bool | None = None
+    persistence_mode: bool | None = None
+    recovery_action: str | None = None
+    """nvidia-smi "GPU Recovery Action" (None, Reset, Reboot, Drain P2P, Drain and Reset)."""
+
+    @property
+    def label(self) -> str:
+        return f"GPU {self.index}" + (f" ({self.pci_bus_id})" if self.pci_bus_id else "")
+
+
+class KernelEvent(BaseModel):
+    """One event of `fleet logs parse --json`; the first six keys are a stable contract."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    kind: EventKind
+    pci: str | None = None
+    xid: int | None = None
+    severity: str | None = None
+    line: int
+    text: str
+    timestamp: str | None = None
+    uuid: str | None = None
+    pid: int | None = None
+    process: str | None = None
+    device_id: str | None = None
+    bits: list[str] = Field(default_factory=list)
+
+
+class KernelLog(_Facts):
+    source: str | None = None
+    cursor: str | None = None
+    since: str | None = None
+    events: list[KernelEvent] | None = None
+    truncated: int = 0
+
+
+class AerCounters(_Facts):
+    pci: str | None = None
+    role: Literal["device", "upstream"] = "device"
+    pci_class: str | None = None
+    downstream: list[str] = Field(default_factory=list)
+    correctable: dict[str, int] | None = None
+    nonfatal: dict[str, int] | None = None
+    fatal: dict[str, int] | None = None
+
+    def total(self, kind: Literal["correctable", "nonfatal", "fatal"]) -> int | None:
+        counters = getattr(self, kind)
+        if counters is None:
+            return None
+        key = {
+            "correctable": "TOTAL_ERR_COR",
+            "nonfatal": "TOTAL_ERR_NONFATAL",
+            "fatal": "TOTAL_ERR_FATAL",
+        }[kind]
+        if key in counters:
+            return counters[key]
+        return sum(v for k, v in counters.items() if not k.startswith("TOTAL_"))
+
+
+class DeviceNode(BaseModel):
+    path: str
+    mode: str
+    char_device: bool = True
+
+
+class ContainerRuntime(_Facts):
+    docker_installed: bool = False
+    containerd_installed: bool = False
+    nvidia_ctk: str | None = None
+    nvidia_container_runtime: str | None = None
+    docker: dict[str, Any] | None = None
+    containerd: dict[str, Any] | None = None
+    cdi_specs: list[str] = Field(default_factory=list)
+    configured: bool = False
+
+
+class FrameworkProbe(_Facts):
+    name: str
+    python: str | None = None
+    result: dict[str, Any] | None = None
+
+    @property
+    def sees_gpu(self) -> bool | None:
+        if self.result is None:
+            return None
+        return bool(self.result.get("cuda_available"))
+
+
+class HostFacts(_Facts):
+    schema_: int = Field(default=1, alias="schema")
+    source: FactsSource = "none"
+    source_errors: dict[str, Any] = Field(default_factory=dict)
+    collected_at: datetime | None = None
+    input_file: str | None = None
+    identity: HostIdentity | None = None
+    versions: Versions = Field(default_factory=Versions)
+    gpu_count: int | None = None
+    gpus: list[GpuFacts] = Field(default_factory=list)
+    kernel_log: KernelLog | None = None
+    aer: list[AerCounters] | None = None
+    device_nodes: list[DeviceNode] | None = None
+    container_runtime: ContainerRuntime | None = None
+    frameworks: list[FrameworkProbe] | None = None
+    probe_cpu_ms: float | None = None
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    def events(self) -> list[KernelEvent]:
+        if self.kernel_log is None or self.kernel_log.events is None:
+            return []
+        return self.kernel_log.events
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True)

@@ -1,0 +1,1267 @@
+#!/usr/bin/env python3
+"""fleet host probe: print one JSON document of GPU host facts on stdout.
+
+Shipped to hosts and run with the host's own python3 (3.9+):
+
+    python3 hostprobe.py [--since CURSOR] [--root DIR] [--kernel-log auto|journal|file|dmesg|none]
+
+Self-contained on purpose: stdlib plus pynvml when the host has it, nothing from the `fleet`
+package. The controller imports this same file (as `fleet.probe.hostprobe`) to reuse its pure
+parsers, so the kernel log and `nvidia-smi -q -x` are parsed by one code path whether the text was
+read on a host or from a support bundle:
+
+    parse_kernel_log(text) -> list of event dicts        (Xid, fallen off the bus, PCIe AER)
+    parse_nvsmi_xml(text) -> dict of host facts           (nvidia-smi -q -x, schema v10..v13)
+    gpu_from_tree(tree, labels) -> dict of GPU facts      (shared by the XML and `-q` text parsers)
+    parse_aer_counters(text) -> dict                      (sysfs aer_dev_* files)
+
+Contract: nothing is raised for a fact that cannot be read; the field holds
+`{"error": "<reason>", "detail": "..."}` instead. `source` says where GPU facts came from:
+"nvml", then "nvidia-smi" (`-q -x`) when NVML is missing, then "none".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+PROBE_SCHEMA = 1
+MAX_EVENTS = 2000
+MAX_LOG_BYTES = 8 * 1024 * 1024
+CMD_TIMEOUT_S = 20.0
+
+# --------------------------------------------------------------------------------------------
+# Xid classes. Kept in step with fleet/data/xid.json by a unit test; the probe cannot read
+# package data, so it carries this small copy.
+# --------------------------------------------------------------------------------------------
+XID_CLASSES = {
+    8: "driver",
+    13: "application",
+    31: "application",
+    32: "driver",
+    38: "driver",
+    43: "application",
+    45: "application",
+    46: "driver",
+    48: "memory",
+    54: "hardware",
+    56: "hardware",
+    57: "hardware",
+    58: "hardware",
+    61: "hardware",
+    62: "hardware",
+    63: "memory",
+    64: "memory",
+    68: "application",
+    69: "application",
+    73: "hardware",
+    74: "nvlink",
+    79: "hardware",
+    92: "memory",
+    93: "hardware",
+    94: "memory",
+    95: "memory",
+    109: "driver",
+    119: "driver",
+    120: "driver",
+    121: "nvlink",
+    136: "hardware",
+    140: "memory",
+    143: "hardware",
+    144: "nvlink",
+    145: "nvlink",
+    146: "nvlink",
+    147: "nvlink",
+    148: "nvlink",
+    149: "nvlink",
+    150: "nvlink",
+    154: "informational",
+    155: "nvlink",
+    158: "driver",
+}
+
+CLOCK_EVENT_BITS = [
+    (0x1, "gpu_idle"),
+    (0x2, "applications_clocks_setting"),
+    (0x4, "sw_power_cap"),
+    (0x8, "hw_slowdown"),
+    (0x10, "sync_boost"),
+    (0x20, "sw_thermal_slowdown"),
+    (0x40, "hw_thermal_slowdown"),
+    (0x80, "hw_power_brake_slowdown"),
+    (0x100, "display_clock_setting"),
+]
+
+
+def err(reason, detail=None):
+    """The one shape for a fact that could not be read."""
+    out = {"error": reason}
+    if detail:
+        out["detail"] = str(detail)[:300]
+    return out
+
+
+def is_err(value):
+    return isinstance(value, dict) and "error" in value and len(value) <= 2
+
+
+# --------------------------------------------------------------------------------------------
+# PCI address normalization: "0000:9b:00.0" (4-digit domain, lower case, with function)
+# --------------------------------------------------------------------------------------------
+_BDF = re.compile(r"(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})(?:\.([0-7]))?")
+
+
+def norm_pci(text):
+    """`00000000:9B:00.0`, `PCI:0000:9b:00`, `0000:9b:00.0`, `9b:00.0` -> `0000:9b:00.0`."""
+    if not text:
+        return None
+    text = text.strip()
+    if text.upper().startswith("PCI:"):
+        text = text[4:]
+    m = _BDF.fullmatch(text)
+    if not m:
+        return None
+    domain = (m.group(1) or "0000")[-4:]
+    return "{}:{}:{}.{}".format(
+        domain.lower(), m.group(2).lower(), m.group(3).lower(), m.group(4) or "0"
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Kernel log parser (pure). One event dict per Xid line, fallen-off-the-bus message, AER error.
+# --------------------------------------------------------------------------------------------
+_TS_PREFIXES = [
+    re.compile(r"<\d{1,3}>"),  # syslog priority (dmesg -r)
+    re.compile(r"\d+,\d+,\d+,[^;]*;"),  # /dev/kmsg record header
+    re.compile(r"[a-z]+\s*:[a-z]+\s*: "),  # dmesg --decode "kern  :warn  : "
+    re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\s+"),  # ISO
+    re.compile(r"[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d(?:\.\d+)?\s+"),  # syslog/journal short
+    re.compile(r"\[\s*(?:[+]?\d+[.,]\d+(?:\s*<[^>]*>)?|[A-Z][a-z]{2}[A-Za-z0-9: ]*\d)\]\s?"),
+    re.compile(r"\S+\s+kernel(?:\[\d+\])?:\s"),  # "host kernel: " after a syslog/journal date
+]
+_TS_ANY = re.compile(r"[\[<0-9A-Za-z]")
+
+_XID = re.compile(
+    r"NVRM: Xid \(PCI:([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)\): (\d+),\s*(.*)"
+)
+_XID_PID = re.compile(r"pid=('?<unknown>'?|\d+)")
+_XID_NAME = re.compile(r"name=(<unknown>|[^,\s]+)")
+_GPU_AT = re.compile(r"NVRM: GPU at PCI:([0-9a-fA-F:]+): (GPU-[0-9a-fA-F-]+)")
+_FOB_GPU = re.compile(
+    r"NVRM: GPU ([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]): GPU has fallen off the bus"
+)
+_FOB_PROBE = re.compile(
+    r"NVRM: The NVIDIA GPU ([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])"
+)
+_PCI_ID = re.compile(r"\(PCI ID: ([0-9a-fA-F]{4}:[0-9a-fA-F]{4})\)")
+_BDF_IN = re.compile(r"\b([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\b")
+_SEV = r"(Corrected|Correctable|Uncorrected|Uncorrectable)\s*(\((?:Non-)?Fatal\))?"
+_AER_BUS = re.compile(
+    r"^(?:(\S+) )?([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]):\s+(?:AER:\s+)?"
+    r"PCIe Bus Error:\s*(?:severity=)?" + _SEV
+)
+_AER_RECV = re.compile(
+    r"^(?:(\S+) )?([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]):\s+AER:\s+(?:Multiple )?"
+    + _SEV
+    + r"\s+error (?:message )?received(?: from|:)\s*(?:id=)?(\S+)?"
+)
+_AER_DEV = re.compile(
+    r"([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]):\s+(?:AER:\s+)?device "
+    r"\[([0-9a-fA-F]{4}):([0-9a-fA-F]{4})\] error status/mask=([0-9a-fA-F]+)/([0-9a-fA-F]+)"
+)
+_AER_BIT = re.compile(r"\[\s*(\d+)\]\s+([A-Za-z][A-Za-z0-9_]*)")
+_AER_BIT_LINE = re.compile(
+    r"^(?:\S+ )?([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]):\s+(?:AER:\s+)?\[\s*\d+\]"
+)
+
+
+def _aer_severity(word, qualifier):
+    word = word.lower()
+    if word.startswith("correct"):
+        return "corrected"
+    if qualifier and "non" in qualifier.lower():
+        return "nonfatal"
+    if qualifier:
+        return "fatal"
+    return "nonfatal"  # "Uncorrected" with no qualifier: treat as the milder uncorrectable
+
+
+def _split_prefix(raw):
+    """Strip timestamp/facility/host prefixes; return (timestamp text or None, message)."""
+    rest = raw
+    stamps = []
+    changed = True
+    while changed and rest and _TS_ANY.match(rest):
+        changed = False
+        for rx in _TS_PREFIXES:
+            m = rx.match(rest)
+            if m:
+                stamps.append(m.group(0).strip())
+                rest = rest[m.end() :]
+                changed = True
+                break
+    stamp = " ".join(s for s in stamps if s and not s.endswith("kernel:")) or None
+    return stamp, rest
+
+
+def _records(text):
+    """Logical records: (first line number, timestamp, message). Indented lines without a
+    timestamp continue the previous record (wrapped messages, AER bit lines)."""
+    out = []
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        if not raw.strip() or raw.startswith("# SOURCE:") or raw.startswith("# COMMAND:"):
+            continue
+        if raw[:1] in (" ", "\t") and out:
+            stamp, msg = _split_prefix(raw.strip())
+            if stamp is None:
+                first, ts, prev = out[-1]
+                out[-1] = (first, ts, prev.rstrip() + " " + msg.strip())
+                continue
+        stamp, msg = _split_prefix(raw)
+        out.append((lineno, stamp, msg.rstrip()))
+    return out
+
+
+def _event(kind, line, pci, text, stamp, xid=None, severity=None):
+    return {
+        "kind": kind,
+        "line": line,
+        "pci": pci,
+        "xid": xid,
+        "severity": severity,
+        "text": text,
+        "timestamp": stamp,
+        "uuid": None,
+        "pid": None,
+        "process": None,
+        "device_id": None,
+        "bits": [],
+    }
+
+
+def parse_kernel_log(text, xid_classes=None):
+    """Parse kernel log text of any common shape into event dicts (see module docstring).
+
+    Keys of every event: kind ("xid" | "aer" | "fallen_off_bus"), line (1-based, first line),
+    pci ("0000:9b:00.0" or None), xid (int or None), severity (AER: corrected/nonfatal/fatal;
+    Xid: the catalog class; fallen off the bus: "hardware"), text, timestamp (as printed),
+    uuid, pid, process, device_id ("10de:2184"), bits (AER status bit names).
+    """
+    classes = XID_CLASSES if xid_classes is None else xid_classes
+    recs = _records(text)
+    events = []
+    uuids = {}
+    last_aer = {}
+    for i, (line, stamp, msg) in enumerate(recs):
+        m = _XID.search(msg)
+        if m:
+            xid = int(m.group(2))
+            pci = norm_pci(m.group(1))
+            ev = _event(
+                "xid", line, pci, msg[msg.index("NVRM:") :], stamp, xid, classes.get(xid, "unknown")
+            )
+            head = m.group(3)
+            pm = _XID_PID.match(head)
+            nm = _XID_NAME.match(head[pm.end() :].lstrip(", ") if pm else head)
+            if pm and pm.group(1).isdigit():
+                ev["pid"] = int(pm.group(1))
+            if nm and nm.group(1) != "<unknown>":
+                ev["process"] = nm.group(1)
+            ev["uuid"] = uuids.get(pci)
+            events.append(ev)
+            continue
+        m = _GPU_AT.search(msg)
+        if m:
+            uuids[norm_pci(m.group(1))] = m.group(2)
+            continue
+        m = _FOB_GPU.search(msg)
+        if m:
+            pci = norm_pci(m.group(1))
+            ev = _event(
+                "fallen_off_bus", line, pci, msg[msg.index("NVRM:") :], stamp, severity="hardware"
+            )
+            ev["uuid"] = uuids.get(pci)
+            events.append(ev)
+            continue
+        m = _FOB_PROBE.search(msg)
+        if m:
+            window = [msg] + [r[2] for r in recs[i + 1 : i + 4]]
+            joined = " ".join(
+                w[w.find("NVRM:") + 5 :].strip() if "NVRM:" in w else w for w in window
+            )
+            if "fallen off the bus" in joined:
+                ev = _event(
+                    "fallen_off_bus",
+                    line,
+                    norm_pci(m.group(1)),
+                    "NVRM: " + joined,
+                    stamp,
+                    severity="hardware",
+                )
+                pid = _PCI_ID.search(joined)
+                ev["device_id"] = pid.group(1).lower() if pid else None
+                events.append(ev)
+            continue
+        if "fallen off the bus" in msg and "NVRM:" in msg:
+            if any(r[2].startswith("NVRM: The NVIDIA GPU") for r in recs[max(0, i - 3) : i]):
+                continue  # the probe-time message, already reported at its first line
+            bdf = _BDF_IN.search(msg)
+            events.append(
+                _event(
+                    "fallen_off_bus",
+                    line,
+                    norm_pci(bdf.group(1)) if bdf else None,
+                    msg,
+                    stamp,
+                    severity="hardware",
+                )
+            )
+            continue
+        m = _AER_BUS.search(msg)
+        if m:
+            pci = norm_pci(m.group(2))
+            ev = _event(
+                "aer", line, pci, msg, stamp, severity=_aer_severity(m.group(3), m.group(4))
+            )
+            ev["bits"] = [b[1] for b in _AER_BIT.findall(msg[m.end() :])]
+            events.append(ev)
+            last_aer[pci] = ev
+            continue
+        m = _AER_RECV.search(msg)
+        if m:
+            following = [r[2] for r in recs[i + 1 : i + 4]]
+            if any("PCIe Bus Error" in f for f in following):
+                continue  # the detailed "PCIe Bus Error" record that follows is the event
+            src = norm_pci(m.group(5)) if m.group(5) else None
+            pci = src if src and src != "0000:00:00.0" else norm_pci(m.group(2))
+            ev = _event(
+                "aer", line, pci, msg, stamp, severity=_aer_severity(m.group(3), m.group(4))
+            )
+            events.append(ev)
+            last_aer[pci] = ev
+            continue
+        m = _AER_DEV.search(msg)
+        if m:
+            ev = last_aer.get(norm_pci(m.group(1)))
+            if ev is not None:
+                ev["device_id"] = (m.group(2) + ":" + m.group(3)).lower()
+            continue
+        m = _AER_BIT_LINE.search(msg)
+        if m:
+            ev = last_aer.get(norm_pci(m.group(1)))
+            if ev is not None:
+                ev["bits"].extend(b[1] for b in _AER_BIT.findall(msg[m.end(1) :]))
+    return events
+
+
+# --------------------------------------------------------------------------------------------
+# sysfs AER counters (pure parser + reader)
+# --------------------------------------------------------------------------------------------
+def parse_aer_counters(text):
+    """`Receiver Error 2\\nBad TLP 0\\n...\\nTOTAL_ERR_COR 2` -> {"Receiver Error": 2, ...}."""
+    out = {}
+    for raw in text.splitlines():
+        parts = raw.rsplit(None, 1)
+        if len(parts) == 2 and parts[1].isdigit():
+            out[parts[0].strip()] = int(parts[1])
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# nvidia-smi -q -x (pure). XML and `-q` text are both turned into a tree of dicts with
+# normalized keys; gpu_from_tree() reads GPU facts from either.
+# --------------------------------------------------------------------------------------------
+_NA = {
+    "n/a",
+    "[n/a]",
+    "not supported",
+    "[not supported]",
+    "unknown error",
+    "[unknown error]",
+    "requested functionality has been deprecated",
+    "[requested functionality has been deprecated]",
+    "insufficient permissions",
+    "[insufficient permissions]",
+    "not available",
+    "",
+}
+
+
+def na_reason(value):
+    v = (value or "").strip().lower()
+    if v in ("n/a", "[n/a]", ""):
+        return "not_available"
+    if "not supported" in v:
+        return "not_supported"
+    if "deprecated" in v:
+        return "deprecated"
+    if "permission" in v:
+        return "no_permission"
+    return "unreadable"
+
+
+def _num(value, kind=int):
+    """'43.89 W' -> 43.89, '16x' -> 16, '0x1' -> 1; error dict when not a number."""
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        return err("unexpected_structure")
+    v = value.strip()
+    if v.lower() in _NA or v.startswith("["):
+        return err(na_reason(v))
+    token = v.split()[0].rstrip("x") if v else v
+    try:
+        if token.lower().startswith("0x"):
+            return int(token, 16)
+        return kind(float(token)) if kind is int else kind(token)
+    except ValueError:
+        return err("unparsable", v)
+
+
+def _flag(value, true_words=("enabled", "yes", "active", "on")):
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        return err("unexpected_structure")
+    v = value.strip().lower()
+    if v in _NA or v.startswith("["):
+        return err(na_reason(v))
+    return v in true_words
+
+
+def _text(value):
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        return err("unexpected_structure")
+    v = value.strip()
+    if v.lower() in _NA or v.startswith("["):
+        return err(na_reason(v))
+    return v
+
+
+def _get(tree, *paths):
+    """First present value among alternative paths ("a/b/c")."""
+    for path in paths:
+        node = tree
+        for part in path.split("/"):
+            if not isinstance(node, dict) or part not in node:
+                node = None
+                break
+            node = node[part]
+        if node is not None:
+            return node
+    return None
+
+
+def _sum_present(*values):
+    nums = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
+    if nums:
+        return sum(nums)
+    errs = [v for v in values if is_err(v)]
+    return errs[0] if errs else None
+
+
+# Paths are written for the XML tag names; `-q` labels are mapped onto the same keys by the text
+# parser (fleet.facts.nvsmi_text) before calling gpu_from_tree.
+def gpu_from_tree(g, index=None):
+    """GPU facts from a normalized `nvidia-smi -q[ -x]` GPU subtree."""
+    out = {"index": index}
+    out["name"] = _text(_get(g, "product_name"))
+    out["uuid"] = _text(_get(g, "uuid"))
+    out["serial"] = _text(_get(g, "serial"))
+    out["minor_number"] = _num(_get(g, "minor_number"))
+    bus = _text(_get(g, "pci/pci_bus_id", "@id"))
+    out["pci_bus_id"] = norm_pci(bus) if isinstance(bus, str) else bus
+    out["pci_device_id"] = _text(_get(g, "pci/pci_device_id"))
+    out["pcie_gen_current"] = _num(_get(g, "pci/pci_gpu_link_info/pcie_gen/current_link_gen"))
+    out["pcie_gen_max"] = _num(_get(g, "pci/pci_gpu_link_info/pcie_gen/max_link_gen"))
+    out["pcie_width_current"] = _num(
+        _get(g, "pci/pci_gpu_link_info/link_widths/current_link_width")
+    )
+    out["pcie_width_max"] = _num(_get(g, "pci/pci_gpu_link_info/link_widths/max_link_width"))
+    out["pcie_replay_counter"] = _num(_get(g, "pci/replay_counter"))
+    out["clock_graphics_mhz"] = _num(_get(g, "clocks/graphics_clock"))
+    out["clock_sm_mhz"] = _num(_get(g, "clocks/sm_clock"))
+    out["clock_mem_mhz"] = _num(_get(g, "clocks/mem_clock"))
+    out["clock_max_graphics_mhz"] = _num(_get(g, "max_clocks/graphics_clock"))
+    out["clock_max_sm_mhz"] = _num(_get(g, "max_clocks/sm_clock"))
+    out["clock_max_mem_mhz"] = _num(_get(g, "max_clocks/mem_clock"))
+    reasons = _get(g, "clocks_event_reasons", "clocks_throttle_reasons")
+    if isinstance(reasons, dict):
+        active, mask = [], 0
+        for key, val in reasons.items():
+            name = re.sub(r"^clocks_(?:(?:event|throttle)_)?reason_", "", key)
+            name = {"display_clocks_setting": "display_clock_setting"}.get(name, name)
+            if isinstance(val, str) and val.strip().lower() == "active":
+                active.append(name)
+                mask |= dict((n, b) for b, n in CLOCK_EVENT_BITS).get(name, 0)
+        out["clock_event_reasons"] = sorted(active)
+        out["clock_event_reasons_mask"] = mask
+    else:
+        out["clock_event_reasons"] = err("not_available") if reasons is None else reasons
+        out["clock_event_reasons_mask"] = None
+    out["temperature_c"] = _num(_get(g, "temperature/gpu_temp"))
+    out["power_draw_w"] = _num(
+        _get(
+            g,
+            "gpu_power_readings/average_power_draw",
+            "gpu_power_readings/power_draw",
+            "power_readings/power_draw",
+            "gpu_power_readings/instant_power_draw",
+        ),
+        float,
+    )
+    out["power_limit_w"] = _num(
+        _get(
+            g,
+            "gpu_power_readings/current_power_limit",
+            "power_readings/enforced_power_limit",
+            "power_readings/power_limit",
+        ),
+        float,
+    )
+    out["ecc_mode_current"] = _flag(_get(g, "ecc_mode/current_ecc"))
+    out["ecc_mode_pending"] = _flag(_get(g, "ecc_mode/pending_ecc"))
+    for scope in ("volatile", "aggregate"):
+        e = _get(g, "ecc_errors/" + scope)
+        if isinstance(e, dict) and ("single_bit" in e or "double_bit" in e):
+            corr = _num(_get(e, "single_bit/total"))
+            unc = _num(_get(e, "double_bit/total"))
+        elif isinstance(e, dict):
+            corr = _sum_present(_num(e.get("sram_correctable")), _num(e.get("dram_correctable")))
+            unc = _sum_present(
+                _num(e.get("sram_uncorrectable")),
+                _num(e.get("sram_uncorrectable_parity")),
+                _num(e.get("sram_uncorrectable_secded")),
+                _num(e.get("dram_uncorrectable")),
+            )
+        else:
+            corr = unc = err("not_available")
+        out[f"ecc_{scope}_corrected"] = corr
+        out[f"ecc_{scope}_uncorrected"] = unc
+    sram = _get(g, "ecc_errors/aggregate")
+    out["ecc_sram_threshold_exceeded"] = (
+        _flag(sram.get("sram_threshold_exceeded"))
+        if isinstance(sram, dict) and "sram_threshold_exceeded" in sram
+        else None
+    )
+    out["retired_pages_sbe"] = _num(
+        _get(g, "retired_pages/multiple_single_bit_retirement/retired_count")
+    )
+    out["retired_pages_dbe"] = _num(_get(g, "retired_pages/double_bit_retirement/retired_count"))
+    out["retired_pages_pending"] = _flag(
+        _get(g, "retired_pages/pending_retirement", "retired_pages/pending_blacklist")
+    )
+    rr = _get(g, "remapped_rows")
+    if isinstance(rr, dict):
+        out["remapped_rows_correctable"] = _num(rr.get("remapped_row_corr"))
+        out["remapped_rows_uncorrectable"] = _num(rr.get("remapped_row_unc"))
+        out["remapped_rows_pending"] = _flag(rr.get("remapped_row_pending"))
+        out["remapped_rows_failure"] = _flag(rr.get("remapped_row_failure"))
+        hist = rr.get("row_remapper_histogram")
+        if isinstance(hist, dict):
+            h = {}
+            for k in ("max", "high", "partial", "low", "none"):
+                h[k] = _num(hist.get("row_remapper_histogram_" + k))
+            out["remap_histogram"] = h if all(isinstance(v, int) for v in h.values()) else None
+        else:
+            out["remap_histogram"] = None
+    else:
+        for k in ("correctable", "uncorrectable", "pending", "failure"):
+            out["remapped_rows_" + k] = err("not_available") if rr is None else _text(rr)
+        out["remap_histogram"] = None
+    out["mig_mode_current"] = _flag(_get(g, "mig_mode/current_mig"))
+    out["mig_mode_pending"] = _flag(_get(g, "mig_mode/pending_mig"))
+    out["persistence_mode"] = _flag(_get(g, "persistence_mode"))
+    action = _get(g, "gpu_recovery_action")
+    if action is None:
+        status = _get(g, "gpu_reset_status")
+        if isinstance(status, dict):
+            if _flag(status.get("reset_required")) is True:
+                action = "Reset"
+            elif _flag(status.get("drain_and_reset_recommended")) is True:
+                action = "Drain and Reset"
+            else:
+                action = "None"
+    action = _text(action) if action is not None else None
+    out["recovery_action"] = action.lower() if isinstance(action, str) else action
+    return out
+
+
+def _etree_to_tree(elem):
+    """ElementTree element -> nested dict of tag -> text or subtree; repeated tags become lists
+    (only `gpu` matters, and it is handled by the caller)."""
+    node = {}
+    for k, v in elem.attrib.items():
+        node["@" + k] = v
+    for child in elem:
+        value = _etree_to_tree(child) if len(child) or child.attrib else (child.text or "").strip()
+        if child.tag in node:
+            continue  # keep the first (e.g. repeated process_info)
+        node[child.tag] = value
+    return node
+
+
+def parse_nvsmi_xml(text):
+    """`nvidia-smi -q -x` output -> {"driver_version", "cuda_version", "gpus": [...], "dtd"}."""
+    import xml.etree.ElementTree as ET  # noqa: N817  (lazy: only the fallback pays for it)
+
+    body = re.sub(r"<!DOCTYPE[^>]*>", "", text, count=1)
+    root = ET.fromstring(body.encode("utf-8") if isinstance(body, str) else body)
+    if root.tag != "nvidia_smi_log":
+        raise ValueError(f"not an nvidia-smi XML log (root <{root.tag}>)")
+    dtd = re.search(r"nvsmi_device_(v\d+)\.dtd", text)
+    gpus = []
+    for i, g in enumerate(root.findall("gpu")):
+        gpus.append(gpu_from_tree(_etree_to_tree(g), index=i))
+    driver = root.findtext("driver_version")
+    kmd = root.findtext("kmd_version")
+    return {
+        "dtd": dtd.group(1) if dtd else None,
+        "timestamp": (root.findtext("timestamp") or "").strip() or None,
+        "driver_version": _clean_version(kmd or driver),
+        "cuda_version": _clean_version(
+            root.findtext("cuda_umd_version") or root.findtext("cuda_version")
+        ),
+        "attached_gpus": _num(root.findtext("attached_gpus")),
+        "gpus": gpus,
+    }
+
+
+def _clean_version(value):
+    if not value:
+        return None
+    m = re.match(r"\s*(\d+(?:\.\d+)*)", value)
+    return m.group(1) if m else None
+
+
+# --------------------------------------------------------------------------------------------
+# Readers (I/O). Everything below may fail; failures become err(...).
+# --------------------------------------------------------------------------------------------
+class Host:
+    """File and command access, rooted so tests can point it at a fake tree."""
+
+    def __init__(self, root="/"):
+        self.root = root
+
+    def path(self, p):
+        return p if self.root in ("", "/") else os.path.join(self.root, p.lstrip("/"))
+
+    def read(self, p, limit=1 << 20):
+        try:
+            with open(self.path(p), "rb") as f:
+                return f.read(limit).decode("utf-8", "replace")
+        except FileNotFoundError:
+            return err("not_found", p)
+        except PermissionError:
+            return err("no_permission", p)
+        except OSError as e:
+            return err("os_error", f"{p}: {e}")
+
+    def run(self, argv, timeout=CMD_TIMEOUT_S):
+        try:
+            r = subprocess.run(argv, capture_output=True, timeout=timeout, check=False)
+        except FileNotFoundError:
+            return err("command_not_found", argv[0])
+        except subprocess.TimeoutExpired:
+            return err("timeout", f"{argv[0]} after {timeout}s")
+        except OSError as e:
+            return err("os_error", f"{argv[0]}: {e}")
+        return (
+            r.returncode,
+            r.stdout.decode("utf-8", "replace"),
+            r.stderr.decode("utf-8", "replace"),
+        )
+
+
+def probe_identity(h):
+    u = os.uname()
+    out = {"hostname": u.nodename, "kernel": u.release, "arch": u.machine}
+    osr = h.read("/etc/os-release")
+    if is_err(osr):
+        out["os"] = osr
+    else:
+        kv = dict(re.findall(r'^([A-Z_]+)="?([^"\n]*)"?$', osr, re.M))
+        out["os"] = (
+            kv.get("PRETTY_NAME")
+            or ("{} {}".format(kv.get("ID", ""), kv.get("VERSION_ID", ""))).strip()
+        )
+    boot = h.read("/proc/sys/kernel/random/boot_id")
+    out["boot_id"] = boot if is_err(boot) else boot.strip()
+    up = h.read("/proc/uptime")
+    out["uptime_s"] = up if is_err(up) else float(up.split()[0])
+    return out
+
+
+def parse_proc_version(text):
+    """/proc/driver/nvidia/version -> (version, flavor)."""
+    m = re.search(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)", text)
+    if not m:
+        return err("unparsable", text.splitlines()[0] if text else ""), None
+    flavor = "open" if "Open Kernel Module" in text else "proprietary"
+    return m.group(1), flavor
+
+
+PACKAGE_RX = re.compile(
+    r"^(nvidia|libnvidia|cuda|libcuda|libcudnn|cudnn|datacenter-gpu-manager|dcgm|libnvinfer|"
+    r"tensorrt|nvidia-fabricmanager|libxnvctrl|xserver-xorg-video-nvidia|kmod-nvidia|"
+    r"nvidia-container)"
+)
+
+
+def parse_dpkg(text):
+    items = []
+    for raw in text.splitlines():
+        parts = raw.split("\t")
+        if len(parts) < 3 or not PACKAGE_RX.match(parts[0]):
+            continue
+        status = parts[2].split()
+        if not status or status[-1] != "installed":
+            continue
+        items.append(
+            {"name": parts[0].split(":")[0], "version": parts[1], "held": status[0] == "hold"}
+        )
+    return items
+
+
+def parse_rpm(text, locks=""):
+    items = []
+    locked = [ln.strip() for ln in locks.splitlines() if ln.strip() and not ln.startswith("#")]
+    for raw in text.splitlines():
+        parts = raw.split("\t")
+        if len(parts) < 2 or not PACKAGE_RX.match(parts[0]):
+            continue
+        name, ver = parts[0], parts[1]
+        if ver.startswith("0:"):
+            ver = ver[2:]
+        held = any(re.sub(r"^\d+:", "", lk).startswith(name + "-") for lk in locked)
+        items.append({"name": name, "version": ver, "held": held})
+    return items
+
+
+def probe_packages(h):
+    r = h.run(["dpkg-query", "-W", "-f", "${Package}\t${Version}\t${Status}\n"])
+    if not is_err(r) and r[0] in (0, 1) and r[1]:
+        return {"manager": "dpkg", "items": sorted(parse_dpkg(r[1]), key=lambda p: p["name"])}
+    r2 = h.run(["rpm", "-qa", "--qf", "%{NAME}\t%{EPOCHNUM}:%{VERSION}-%{RELEASE}\n"])
+    if not is_err(r2) and r2[0] == 0:
+        locks = ""
+        for p in ("/etc/dnf/plugins/versionlock.list", "/etc/yum/pluginconf.d/versionlock.list"):
+            t = h.read(p)
+            if not is_err(t):
+                locks += t
+        return {"manager": "rpm", "items": sorted(parse_rpm(r2[1], locks), key=lambda p: p["name"])}
+    return err("no_package_manager", "dpkg-query/rpm unavailable")
+
+
+def probe_toolkits(h):
+    import glob
+
+    out = []
+    for d in sorted(glob.glob(h.path("/usr/local/cuda-*"))):
+        if not os.path.isdir(d):
+            continue
+        ver = None
+        vj = os.path.join(d, "version.json")
+        if os.path.exists(vj):
+            try:
+                with open(vj) as f:
+                    ver = json.load(f).get("cuda", {}).get("version")
+            except (OSError, ValueError):
+                ver = None
+        if ver is None:
+            vt = os.path.join(d, "version.txt")
+            try:
+                with open(vt) as f:
+                    m = re.search(r"(\d+\.\d+(?:\.\d+)?)", f.read())
+                    ver = m.group(1) if m else None
+            except OSError:
+                ver = None
+        name = os.path.basename(d)
+        out.append({"path": "/usr/local/" + name, "version": ver or name[len("cuda-") :]})
+    return out
+
+
+def _nvml_reason(e):
+    name = type(e).__name__
+    mapping = {
+        "NVMLError_NotSupported": "not_supported",
+        "NVMLError_FunctionNotFound": "function_not_found",
+        "NVMLError_NoPermission": "no_permission",
+        "NVMLError_GpuIsLost": "gpu_is_lost",
+        "NVMLError_LibraryNotFound": "library_not_found",
+        "NVMLError_DriverNotLoaded": "driver_not_loaded",
+        "NVMLError_LibRmVersionMismatch": "driver_library_mismatch",
+        "NVMLError_InvalidArgument": "invalid_argument",
+        "NVMLError_Unknown": "unknown",
+        "NVMLError_ResetRequired": "reset_required",
+    }
+    return mapping.get(name, "nvml_error")
+
+
+def _call(N, fn, *args):
+    try:
+        return getattr(N, fn)(*args)
+    except N.NVMLError as e:
+        return err(_nvml_reason(e), f"{fn}: {e}")
+    except AttributeError:
+        return err("function_not_found", fn)
+    except Exception as e:  # a ctypes surprise must not sink the whole probe
+        return err("error", f"{fn}: {e}")
+
+
+def _decode_reasons(mask):
+    if not isinstance(mask, int):
+        return mask
+    return sorted(name for bit, name in CLOCK_EVENT_BITS if mask & bit)
+
+
+def _nvml_gpu(N, i):
+    h = _call(N, "nvmlDeviceGetHandleByIndex", i)
+    if is_err(h):
+        return {"index": i, "handle": h}
+    g = {"index": i}
+    g["name"] = _call(N, "nvmlDeviceGetName", h)
+    g["uuid"] = _call(N, "nvmlDeviceGetUUID", h)
+    g["serial"] = _call(N, "nvmlDeviceGetSerial", h)
+    g["minor_number"] = _call(N, "nvmlDeviceGetMinorNumber", h)
+    pci = _call(N, "nvmlDeviceGetPciInfo", h)
+    if is_err(pci):
+        g["pci_bus_id"] = pci
+        g["pci_device_id"] = pci
+    else:
+        g["pci_bus_id"] = norm_pci(pci.busId)
+        g["pci_device_id"] = f"0x{pci.pciDeviceId:08X}"
+    g["pcie_gen_current"] = _call(N, "nvmlDeviceGetCurrPcieLinkGeneration", h)
+    g["pcie_gen_max"] = _call(N, "nvmlDeviceGetMaxPcieLinkGeneration", h)
+    g["pcie_width_current"] = _call(N, "nvmlDeviceGetCurrPcieLinkWidth", h)
+    g["pcie_width_max"] = _call(N, "nvmlDeviceGetMaxPcieLinkWidth", h)
+    g["pcie_replay_counter"] = _call(N, "nvmlDeviceGetPcieReplayCounter", h)
+    for key, clk in (("graphics", 0), ("sm", 1), ("mem", 2)):
+        g[f"clock_{key}_mhz"] = _call(N, "nvmlDeviceGetClockInfo", h, clk)
+        g[f"clock_max_{key}_mhz"] = _call(N, "nvmlDeviceGetMaxClockInfo", h, clk)
+    mask = _call(N, "nvmlDeviceGetCurrentClocksEventReasons", h)
+    if is_err(mask) and mask["error"] == "function_not_found":
+        mask = _call(N, "nvmlDeviceGetCurrentClocksThrottleReasons", h)
+    g["clock_event_reasons_mask"] = mask
+    g["clock_event_reasons"] = _decode_reasons(mask)
+    g["temperature_c"] = _call(N, "nvmlDeviceGetTemperature", h, 0)
+    pw = _call(N, "nvmlDeviceGetPowerUsage", h)
+    g["power_draw_w"] = pw / 1000.0 if isinstance(pw, int) else pw
+    pl = _call(N, "nvmlDeviceGetEnforcedPowerLimit", h)
+    g["power_limit_w"] = pl / 1000.0 if isinstance(pl, int) else pl
+    ecc = _call(N, "nvmlDeviceGetEccMode", h)
+    if isinstance(ecc, (list, tuple)):
+        g["ecc_mode_current"], g["ecc_mode_pending"] = bool(ecc[0]), bool(ecc[1])
+    else:
+        g["ecc_mode_current"] = g["ecc_mode_pending"] = ecc
+    for scope, sc in (("volatile", 0), ("aggregate", 1)):
+        g[f"ecc_{scope}_corrected"] = _call(N, "nvmlDeviceGetTotalEccErrors", h, 0, sc)
+        g[f"ecc_{scope}_uncorrected"] = _call(N, "nvmlDeviceGetTotalEccErrors", h, 1, sc)
+    g["ecc_sram_threshold_exceeded"] = None
+    for key, cause in (("sbe", 0), ("dbe", 1)):
+        pages = _call(N, "nvmlDeviceGetRetiredPages", h, cause)
+        g["retired_pages_" + key] = len(pages) if isinstance(pages, list) else pages
+    pend = _call(N, "nvmlDeviceGetRetiredPagesPendingStatus", h)
+    g["retired_pages_pending"] = bool(pend) if isinstance(pend, int) else pend
+    rr = _call(N, "nvmlDeviceGetRemappedRows", h)
+    if isinstance(rr, (list, tuple)) and len(rr) >= 4:
+        g["remapped_rows_correctable"], g["remapped_rows_uncorrectable"] = int(rr[0]), int(rr[1])
+        g["remapped_rows_pending"], g["remapped_rows_failure"] = bool(rr[2]), bool(rr[3])
+    else:
+        for k in ("correctable", "uncorrectable", "pending", "failure"):
+            g["remapped_rows_" + k] = rr
+    hist = _call(N, "nvmlDeviceGetRowRemapperHistogram", h)
+    g["remap_histogram"] = (
+        None
+        if is_err(hist)
+        else {k: int(getattr(hist, k)) for k in ("max", "high", "partial", "low", "none")}
+    )
+    mig = _call(N, "nvmlDeviceGetMigMode", h)
+    if isinstance(mig, (list, tuple)):
+        g["mig_mode_current"], g["mig_mode_pending"] = mig[0] == 1, mig[1] == 1
+    else:
+        g["mig_mode_current"] = g["mig_mode_pending"] = mig
+    pm = _call(N, "nvmlDeviceGetPersistenceMode", h)
+    g["persistence_mode"] = pm == 1 if isinstance(pm, int) else pm
+    g["recovery_action"] = None
+    return g
+
+
+def probe_nvml():
+    """(facts dict, None) from NVML, or (None, error) when NVML cannot be used at all."""
+    try:
+        import pynvml as N
+    except ImportError as e:
+        return None, err("pynvml_not_installed", e)
+    try:
+        N.nvmlInit()
+    except Exception as e:  # NVMLError subclasses, OSError from a broken library
+        return None, err(_nvml_reason(e) if hasattr(e, "value") else "init_failed", e)
+    try:
+        out = {
+            "driver_version": _call(N, "nvmlSystemGetDriverVersion"),
+            "nvml_version": _call(N, "nvmlSystemGetNVMLVersion"),
+        }
+        cuda = _call(N, "nvmlSystemGetCudaDriverVersion_v2")
+        if is_err(cuda):
+            cuda = _call(N, "nvmlSystemGetCudaDriverVersion")
+        out["cuda_version"] = cuda if is_err(cuda) else f"{cuda // 1000}.{(cuda % 1000) // 10}"
+        count = _call(N, "nvmlDeviceGetCount")
+        out["gpu_count"] = count
+        out["gpus"] = [_nvml_gpu(N, i) for i in range(count)] if isinstance(count, int) else []
+        return out, None
+    finally:
+        with contextlib.suppress(Exception):
+            N.nvmlShutdown()
+
+
+def probe_nvidia_smi(h):
+    r = h.run(["nvidia-smi", "-q", "-x"], timeout=60)
+    if is_err(r):
+        return None, r
+    if r[0] != 0:
+        return None, err("nvidia_smi_failed", (r[2] or r[1]).strip()[:300])
+    try:
+        return parse_nvsmi_xml(r[1]), None
+    except Exception as e:
+        return None, err("unparsable", e)
+
+
+def read_kernel_log(h, since=None, mode="auto"):
+    """Events since `since` (a cursor this probe returned before) and the new cursor."""
+    kind = (since or "").split(":", 1)[0]
+    boot = h.read("/proc/sys/kernel/random/boot_id")
+    boot = boot.strip() if isinstance(boot, str) else ""
+    journal = os.path.isdir(h.path("/run/systemd/journal")) or os.path.isdir(
+        h.path("/var/log/journal")
+    )
+    order = {
+        "auto": ["journal", "file", "dmesg"] if journal else ["file", "dmesg"],
+        "journal": ["journal"],
+        "file": ["file"],
+        "dmesg": ["dmesg"],
+        "none": [],
+    }.get(mode, [])
+    tried = {}
+    for src in order:
+        if src == "journal":
+            argv = ["journalctl", "-k", "-o", "short-iso", "--no-pager", "--show-cursor", "-q"]
+            argv += ["--after-cursor", since[len("journal:") :]] if kind == "journal" else ["-b"]
+            r = h.run(argv)
+            if is_err(r) or r[0] != 0:
+                tried[src] = r if is_err(r) else err("failed", r[2].strip()[:200])
+                continue
+            text, cursor = r[1], since
+            m = re.search(r"^-- cursor: (.+)$", text, re.M)
+            if m:
+                cursor = "journal:" + m.group(1).strip()
+                text = text[: m.start()]
+            return src, text, cursor, tried
+        if src == "file":
+            path = "/var/log/kern.log"
+            p = h.path(path)
+            try:
+                st = os.stat(p)
+                start = 0
+                if kind == "file":
+                    _, ino, off = since.split(":")
+                    if int(ino) == st.st_ino and int(off) <= st.st_size:
+                        start = int(off)
+                start = max(start, st.st_size - MAX_LOG_BYTES)
+                with open(p, "rb") as f:
+                    f.seek(start)
+                    data = f.read()
+                if start and not (kind == "file" and start == int(since.split(":")[2])):
+                    data = data.split(b"\n", 1)[-1]  # drop a partial first line
+                return (
+                    src,
+                    data.decode("utf-8", "replace"),
+                    f"file:{st.st_ino}:{start + len(data) if start else len(data)}",
+                    tried,
+                )
+            except (OSError, ValueError) as e:
+                tried[src] = err("not_found" if isinstance(e, FileNotFoundError) else "os_error", e)
+                continue
+        if src == "dmesg":
+            r = h.run(["dmesg"])
+            if is_err(r) or r[0] != 0:
+                tried[src] = r if is_err(r) else err("failed", r[2].strip()[:200])
+                continue
+            lines = r[1].splitlines()
+            last = 0.0
+            for ln in reversed(lines):
+                m = re.match(r"\[\s*(\d+\.\d+)\]", ln)
+                if m:
+                    last = float(m.group(1))
+                    break
+            if kind == "dmesg":
+                _, b, t = since.rsplit(":", 2)
+                if b == boot:
+                    cut = float(t)
+                    lines = [ln for ln in lines if _dmesg_after(ln, cut)]
+            return src, "\n".join(lines), f"dmesg:{boot}:{last:.6f}", tried
+    return None, "", since, tried
+
+
+def _dmesg_after(line, cut):
+    m = re.match(r"\[\s*(\d+\.\d+)\]", line)
+    return m is None or float(m.group(1)) > cut
+
+
+def probe_kernel_log(h, since, mode):
+    src, text, cursor, tried = read_kernel_log(h, since, mode)
+    out = {"source": src, "cursor": cursor, "since": since, "tried": tried}
+    if src is None:
+        out["events"] = err("no_kernel_log", ", ".join(sorted(tried)) or "disabled")
+        return out
+    events = parse_kernel_log(text)
+    out["truncated"] = max(0, len(events) - MAX_EVENTS)
+    out["events"] = events[-MAX_EVENTS:]
+    return out
+
+
+def probe_aer(h, gpu_bdfs):
+    base = h.path("/sys/bus/pci/devices")
+    try:
+        names = sorted(os.listdir(base))
+    except OSError as e:
+        return err("not_found" if isinstance(e, FileNotFoundError) else "os_error", e)
+    nvidia = []
+    for n in names:
+        v = h.read(f"/sys/bus/pci/devices/{n}/vendor", 64)
+        if (isinstance(v, str) and v.strip().lower() == "0x10de") or norm_pci(n) in gpu_bdfs:
+            nvidia.append(n)
+    out, seen = [], {}
+    for n in nvidia:
+        entry = _aer_entry(h, n, "device")
+        out.append(entry)
+        real = os.path.realpath(os.path.join(base, n))
+        parent = os.path.basename(os.path.dirname(real))
+        if norm_pci(parent) and parent != n:
+            if parent not in seen:
+                seen[parent] = _aer_entry(h, parent, "upstream")
+                seen[parent]["downstream"] = []
+                out.append(seen[parent])
+            seen[parent]["downstream"].append(norm_pci(n))
+    return out
+
+
+def _aer_entry(h, bdf, role):
+    e = {"pci": norm_pci(bdf), "role": role}
+    cls = h.read(f"/sys/bus/pci/devices/{bdf}/class", 64)
+    e["pci_class"] = cls.strip() if isinstance(cls, str) else None
+    for kind in ("correctable", "nonfatal", "fatal"):
+        t = h.read(f"/sys/bus/pci/devices/{bdf}/aer_dev_{kind}", 8192)
+        e[kind] = t if is_err(t) else parse_aer_counters(t)
+    return e
+
+
+def probe_device_nodes(h):
+    import glob
+    import stat
+
+    out = []
+    for p in sorted(glob.glob(h.path("/dev/nvidia*"))):
+        try:
+            st = os.lstat(p)
+        except OSError:
+            continue
+        rel = "/dev/" + os.path.basename(p)
+        if stat.S_ISDIR(st.st_mode):
+            for q in sorted(glob.glob(os.path.join(p, "*"))):
+                try:
+                    sq = os.lstat(q)
+                except OSError:
+                    continue
+                out.append(
+                    {
+                        "path": rel + "/" + os.path.basename(q),
+                        "mode": f"{stat.S_IMODE(sq.st_mode):04o}",
+                        "char_device": stat.S_ISCHR(sq.st_mode),
+                    }
+                )
+            continue
+        out.append(
+            {
+                "path": rel,
+                "mode": f"{stat.S_IMODE(st.st_mode):04o}",
+                "char_device": stat.S_ISCHR(st.st_mode),
+            }
+        )
+    return out
+
+
+def _which(name, h):
+    for d in os.environ.get("PATH", "/usr/bin:/bin").split(os.pathsep) + [
+        "/usr/sbin",
+        "/usr/local/bin",
+    ]:
+        p = os.path.join(d, name)
+        if os.path.isfile(h.path(p)) and os.access(h.path(p), os.X_OK):
+            return p
+    return None
+
+
+def probe_container_runtime(h):
+    out = {
+        "docker_installed": _which("dockerd", h) is not None or _which("docker", h) is not None,
+        "containerd_installed": _which("containerd", h) is not None,
+        "nvidia_ctk": _which("nvidia-ctk", h),
+        "nvidia_container_runtime": _which("nvidia-container-runtime", h),
+    }
+    daemon = h.read("/etc/docker/daemon.json")
+    if is_err(daemon):
+        out["docker"] = daemon
+    else:
+        try:
+            d = json.loads(daemon or "{}")
+            runtimes = d.get("runtimes") or {}
+            out["docker"] = {
+                "nvidia_runtime": "nvidia" in runtimes
+                or any("nvidia" in json.dumps(v) for v in runtimes.values()),
+                "default_runtime": d.get("default-runtime"),
+            }
+        except ValueError as e:
+            out["docker"] = err("unparsable", e)
+    texts = []
+    for p in ["/etc/containerd/config.toml"] + _glob_rel(h, "/etc/containerd/conf.d/*.toml"):
+        t = h.read(p)
+        if isinstance(t, str):
+            texts.append(t)
+    out["containerd"] = (
+        {
+            "nvidia_runtime": any(
+                "nvidia-container-runtime" in t
+                or "runtimes.nvidia" in t
+                or 'runtimes."nvidia"' in t
+                for t in texts
+            )
+        }
+        if texts
+        else err("not_found", "/etc/containerd/config.toml")
+    )
+    out["cdi_specs"] = _glob_rel(h, "/etc/cdi/nvidia*.y*ml") + _glob_rel(
+        h, "/var/run/cdi/nvidia*.y*ml"
+    )
+    docker_ok = isinstance(out["docker"], dict) and out["docker"].get("nvidia_runtime") is True
+    ctd_ok = isinstance(out["containerd"], dict) and out["containerd"].get("nvidia_runtime") is True
+    out["configured"] = bool(docker_ok or ctd_ok or out["cdi_specs"])
+    return out
+
+
+def _glob_rel(h, pattern):
+    import glob
+
+    root = h.path("/").rstrip("/")
+    return sorted(p[len(root) :] if root else p for p in glob.glob(h.path(pattern)))
+
+
+_TORCH = (
+    "import json,torch;c=torch.cuda.is_available();print(json.dumps({'version':torch.__version__,"
+    "'cuda_version':torch.version.cuda,'cuda_available':c,"
+    "'device_count':torch.cuda.device_count() if c else 0}))"
+)
+_ORT = (
+    "import json,onnxruntime as o;p=o.get_available_providers();"
+    "print(json.dumps({'version':o.__version__,'providers':p,"
+    "'cuda_available':'CUDAExecutionProvider' in p or 'TensorrtExecutionProvider' in p}))"
+)
+
+
+def probe_frameworks(h, python=None, timeout=30.0):
+    import importlib.util
+
+    out = []
+    for name, code in (("torch", _TORCH), ("onnxruntime", _ORT)):
+        try:
+            present = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            present = False
+        if not present:
+            continue
+        r = h.run([python or sys.executable, "-c", code], timeout=timeout)
+        entry = {"name": name, "python": python or sys.executable}
+        if is_err(r):
+            entry["result"] = r
+        elif r[0] != 0:
+            entry["result"] = err("import_failed", (r[2].strip().splitlines() or [""])[-1])
+        else:
+            try:
+                entry["result"] = json.loads(r[1].strip().splitlines()[-1])
+            except (ValueError, IndexError) as e:
+                entry["result"] = err("unparsable", e)
+        out.append(entry)
+    return out
+
+
+def probe(since=None, root="/", kernel_log="auto", frameworks=True):
+    """Collect every fact. Never raises for a fact it cannot read."""
+    t0 = time.process_time()
+    h = Host(root)
+    facts = {
+        "schema": PROBE_SCHEMA,
+        "collected_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    facts["identity"] = probe_identity(h)
+    nv, nv_err = probe_nvml()
+    source, smi_err = "nvml", None
+    if nv is None:
+        nv, smi_err = probe_nvidia_smi(h)
+        source = "nvidia-smi" if nv is not None else "none"
+    facts["source"] = source
+    facts["source_errors"] = {k: v for k, v in (("nvml", nv_err), ("nvidia_smi", smi_err)) if v}
+    nv = nv or {}
+    proc = h.read("/proc/driver/nvidia/version")
+    kmod, flavor = (proc, None) if is_err(proc) else parse_proc_version(proc)
+    facts["versions"] = {
+        "driver_library": nv.get(
+            "driver_version", err("not_available", "no NVML and no nvidia-smi")
+        ),
+        "driver_kernel_module": kmod,
+        "kernel_module_flavor": flavor,
+        "cuda_driver_api": nv.get(
+            "cuda_version", err("not_available", "no NVML and no nvidia-smi")
+        ),
+        "nvml_library": nv.get("nvml_version"),
+        "packages": probe_packages(h),
+        "toolkits": probe_toolkits(h),
+    }
+    facts["gpus"] = nv.get("gpus", [])
+    facts["gpu_count"] = nv.get(
+        "gpu_count", nv.get("attached_gpus", len(facts["gpus"]) if nv else None)
+    )
+    bdfs = {g.get("pci_bus_id") for g in facts["gpus"] if isinstance(g.get("pci_bus_id"), str)}
+    facts["kernel_log"] = probe_kernel_log(h, since, kernel_log)
+    facts["aer"] = probe_aer(h, bdfs)
+    facts["device_nodes"] = probe_device_nodes(h)
+    facts["container_runtime"] = probe_container_runtime(h)
+    facts["frameworks"] = probe_frameworks(h) if frameworks else []
+    facts["probe_cpu_ms"] = round((time.process_time() - t0) * 1000.0, 1)
+    return facts
+
+
+def main(argv=None):
+    import argparse
+
+    ap = argparse.ArgumentParser(description="Print GPU host facts as one JSON document.")
+    ap.add_argument("--since", help="kernel-log cursor returned by a previous run")
+    ap.add_argument("--root", default="/", help="read files under this root (tests)")
+    ap.add_argument(
+        "--kernel-log", default="auto", choices=["auto", "journal", "file", "dmesg", "none"]
+    )
+    ap.add_argument("--no-frameworks", action="store_true", help="skip the torch/onnxruntime check")
+    args = ap.parse_args(argv)
+    facts = probe(args.since, args.root, args.kernel_log, not args.no_frameworks)
+    sys.stdout.write(json.dumps(facts, sort_keys=True, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,193 @@
+"""The host probe as shipped: run as a subprocess, JSON out, validates into HostFacts."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from fleet.domain.facts import HostFacts
+from fleet.probe import hostprobe
+
+PROBE = Path(hostprobe.__file__)
+
+
+def run_probe(*args: str, env: dict[str, str] | None = None) -> dict:
+    out = subprocess.run(
+        [sys.executable, str(PROBE), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=True,
+    )
+    return json.loads(out.stdout)
+
+
+def test_probe_on_this_machine_without_gpu() -> None:
+    raw = run_probe("--no-frameworks")
+    facts = HostFacts.model_validate(raw)
+    assert facts.identity is not None and facts.identity.hostname
+    assert facts.source in ("nvml", "nvidia-smi", "none")
+    if facts.source == "none":  # no NVML here: the reasons are recorded, nothing raised
+        assert "nvml" in raw["source_errors"]
+        assert "driver_library" in facts.versions.unreadable
+        assert facts.gpus == []
+    assert facts.kernel_log is not None
+    assert isinstance(raw["probe_cpu_ms"], float)
+
+
+def test_probe_imports_nothing_from_fleet() -> None:
+    text = PROBE.read_text()
+    assert "import fleet" not in text and "from fleet" not in text
+
+
+def _fake_root(tmp: Path) -> Path:
+    (tmp / "proc/driver/nvidia").mkdir(parents=True)
+    (tmp / "proc/driver/nvidia/version").write_text(
+        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.158.01  Release Build\n"
+        "GCC version:  gcc version 12.2.0\n"
+    )
+    (tmp / "proc/sys/kernel/random").mkdir(parents=True)
+    (tmp / "proc/sys/kernel/random/boot_id").write_text("boot-1\n")
+    (tmp / "var/log").mkdir(parents=True)
+    (tmp / "var/log/kern.log").write_text(
+        "Sep 19 16:18:02 gpu-a kernel: [68183.1] NVRM: Xid (PCI:0000:19:00): 48, pid='<unknown>', "
+        "name=<unknown>, An uncorrectable double bit error (DBE) has been detected\n"
+        "Sep 19 16:18:03 gpu-a kernel: [68184.1] NVRM: GPU 0000:19:00.0: GPU has fallen off the "
+        "bus.\n"
+    )
+    dev = tmp / "sys/bus/pci/devices/0000:19:00.0"
+    dev.mkdir(parents=True)
+    (dev / "vendor").write_text("0x10de\n")
+    (dev / "class").write_text("0x030200\n")
+    (dev / "aer_dev_correctable").write_text("RxErr 2\nBadTLP 0\nTOTAL_ERR_COR 2\n")
+    (dev / "aer_dev_nonfatal").write_text("Undefined 0\nTOTAL_ERR_NONFATAL 0\n")
+    (dev / "aer_dev_fatal").write_text("Undefined 0\nSurpriseDown 1\nTOTAL_ERR_FATAL 1\n")
+    (tmp / "dev").mkdir()
+    for n in ("nvidiactl", "nvidia0"):
+        (tmp / "dev" / n).write_text("")
+        os.chmod(tmp / "dev" / n, 0o666)
+    (tmp / "etc/docker").mkdir(parents=True)
+    (tmp / "etc/docker/daemon.json").write_text(
+        '{"runtimes": {"nvidia": {"path": "nvidia-container-runtime"}}}'
+    )
+    return tmp
+
+
+def test_probe_reads_a_fake_tree(tmp_path: Path) -> None:
+    root = _fake_root(tmp_path)
+    raw = run_probe("--root", str(root), "--kernel-log", "file", "--no-frameworks")
+    facts = HostFacts.model_validate(raw)
+    assert facts.versions.driver_kernel_module == "570.158.01"
+    assert facts.versions.kernel_module_flavor == "open"
+    kinds = [(e.kind, e.xid, e.pci) for e in facts.events()]
+    assert kinds == [("xid", 48, "0000:19:00.0"), ("fallen_off_bus", None, "0000:19:00.0")]
+    assert facts.kernel_log is not None and facts.kernel_log.cursor.startswith("file:")
+    assert facts.aer is not None and facts.aer[0].total("fatal") == 1
+    assert {n.path for n in facts.device_nodes or []} == {"/dev/nvidiactl", "/dev/nvidia0"}
+    assert facts.container_runtime is not None and facts.container_runtime.configured
+    # a second run from the cursor sees nothing new
+    again = run_probe(
+        "--root",
+        str(root),
+        "--kernel-log",
+        "file",
+        "--no-frameworks",
+        "--since",
+        facts.kernel_log.cursor,
+    )
+    assert again["kernel_log"]["events"] == []
+
+
+def test_every_unreadable_fact_is_an_error_dict() -> None:
+    h = hostprobe.Host("/nonexistent-root")
+    assert hostprobe.is_err(h.read("/proc/driver/nvidia/version"))
+    assert hostprobe.is_err(h.run(["/nonexistent/nvidia-smi"]))
+    assert hostprobe.probe_aer(h, set())["error"] == "not_found"
+
+
+def test_norm_pci() -> None:
+    assert hostprobe.norm_pci("00000000:9B:00.0") == "0000:9b:00.0"
+    assert hostprobe.norm_pci("PCI:0019:01:00") == "0019:01:00.0"
+    assert hostprobe.norm_pci("9b:00.1") == "0000:9b:00.1"
+    assert hostprobe.norm_pci("junk") is None
+
+
+def test_kernel_log_shapes() -> None:
+    line = "NVRM: Xid (PCI:0000:9b:00): 79, pid=0, GPU has fallen off the bus."
+    shapes = [
+        line,
+        "[1084456.074562] " + line,
+        "[Sun Feb 23 16:24:18 2025] " + line,
+        "2025-02-23T16:24:18,470068+00:00 " + line,
+        "2025-02-23T16:24:18+0000 gpu-a kernel: " + line,
+        "Feb 23 16:24:18 gpu-a kernel: " + line,
+        "Feb 23 16:24:18 gpu-a kernel: [1084456.074562] " + line,
+        "kern  :warn  : 2025-01-21T02:21:33,498559+00:00 " + line,
+        "<4>[  123.456789] " + line,
+        "4,1227,437812449932,-;" + line,
+        "[Feb23 16:24] " + line,
+        "[  +0.000010] " + line,
+    ]
+    for s in shapes:
+        evs = hostprobe.parse_kernel_log(s)
+        assert [(e["kind"], e["xid"], e["pci"], e["line"]) for e in evs] == [
+            ("xid", 79, "0000:9b:00.0", 1)
+        ], s
+
+
+def test_fallen_off_bus_without_xid_over_lines() -> None:
+    text = (
+        "[   10.1] NVRM: The NVIDIA GPU 0000:b3:00.0\n"
+        "[   10.1] NVRM: (PCI ID: 10de:26b5) installed in this system has\n"
+        "[   10.1] NVRM: fallen off the bus and is not responding to commands.\n"
+        "[   10.2] NVRM: The NVIDIA probe routine failed for 1 device(s).\n"
+    )
+    evs = hostprobe.parse_kernel_log(text)
+    assert [(e["kind"], e["pci"], e["line"], e["device_id"]) for e in evs] == [
+        ("fallen_off_bus", "0000:b3:00.0", 1, "10de:26b5")
+    ]
+
+
+def test_wrapped_continuation_lines_join() -> None:
+    text = (
+        "[Fri Apr  5 21:29:39 2024] NVRM: GPU 0000:a1:00.0: GPU has fallen off the bus.\n"
+        "[Fri Apr  5 21:29:39 2024] NVRM: A GPU crash dump has been created. If possible, run\n"
+        "                           NVRM: nvidia-bug-report.sh as root\n"
+        "[1.0] pcieport 0000:00:03.0: AER: Multiple Uncorrected (Fatal) error received: "
+        "0000:00:03.0\n"
+        "[1.0] pcieport 0000:00:03.0: PCIe Bus Error: severity=Uncorrected (Fatal), "
+        "type=Transaction Layer, (Requester ID)\n"
+        "[1.0] pcieport 0000:00:03.0:   device [8086:6f08] error status/mask=00004020/00000000\n"
+        "[1.0] pcieport 0000:00:03.0:    [ 5] SDES                  \n"
+        "[1.0] pcieport 0000:00:03.0:    [14] CmpltTO                (First)\n"
+    )
+    evs = hostprobe.parse_kernel_log(text)
+    assert [(e["kind"], e["severity"], e["line"]) for e in evs] == [
+        ("fallen_off_bus", "hardware", 1),
+        ("aer", "fatal", 5),
+    ]
+    assert evs[1]["bits"] == ["SDES", "CmpltTO"] and evs[1]["device_id"] == "8086:6f08"
+
+
+def test_parse_dpkg_hold_state() -> None:
+    text = (
+        "nvidia-driver-550\t550.54.15-0ubuntu1\thold ok installed\n"
+        "libnvidia-compute-550:amd64\t550.54.15-0ubuntu1\tinstall ok installed\n"
+        "vim\t9.0\tinstall ok installed\n"
+        "cuda-toolkit-12-4\t12.4.1-1\tdeinstall ok config-files\n"
+    )
+    assert hostprobe.parse_dpkg(text) == [
+        {"name": "nvidia-driver-550", "version": "550.54.15-0ubuntu1", "held": True},
+        {"name": "libnvidia-compute-550", "version": "550.54.15-0ubuntu1", "held": False},
+    ]
+
+
+def test_parse_rpm_versionlock() -> None:
+    items = hostprobe.parse_rpm(
+        "nvidia-driver\t3:550.54.15-1.el9\nkernel\t0:5.14\n", "3:nvidia-driver-550.54.15-1.el9.*\n"
+    )
+    assert items == [{"name": "nvidia-driver", "version": "3:550.54.15-1.el9", "held": True}]
