@@ -123,3 +123,58 @@ def parse(
     failed = [f.input_file for f, fs in results if worst(fs) is Severity.FAIL]
     if failed:
         raise ProblemsFound(f"failing checks in {', '.join(str(x) for x in failed)}")
+
+
+@app.command("import")
+def import_(
+    ctx: typer.Context,
+    files: Annotated[list[Path], typer.Argument(help="Capture files; the format is detected.")],
+    host: Annotated[
+        str | None,
+        typer.Option("--host", help="Host name to record under (default: the capture's "
+                     "hostname, else the file name without extension). One file only."),
+    ] = None,
+    pool: Annotated[str | None, typer.Option("--pool", help="Pool of the host.")] = None,
+    json_out: JsonFlag = False,
+) -> None:
+    """Record captures in the history like a probe, for hosts SSH cannot reach.
+
+    Support bundles and air-gapped sites: each file becomes a snapshot with its GPU counters and
+    check findings. Every file is parsed before anything is written, so a bad file records nothing.
+    Exit 1 when a check fails, 2 on an unreadable file.
+    """
+    from fleet.cli.app import settings
+    from fleet.history import open_history, record_event, utcnow
+    from fleet.jobs.record import record_snapshot
+
+    if host is not None and len(files) > 1:
+        raise BadInput.single("--host names one host: give one file with it", field="--host")
+    parsed, problems = [], []
+    for path in files:
+        try:
+            parsed.append((path, facts_from_file(path)))
+        except BadInput as exc:
+            problems.extend(exc.problems)
+    if problems:
+        raise BadInput(problems)
+    out = []
+    with open_history(settings(ctx).db) as history:
+        for path, facts in parsed:
+            name = host or (facts.identity.hostname if facts.identity else None) or path.stem
+            findings = run_checks(facts)
+            snapshot = record_snapshot(history, name, facts, findings, taken_at=utcnow(),
+                                       pool=pool)
+            record_event(history, "facts.import", name, f"imported {path.name}",
+                         {"file": str(path), "snapshot": snapshot, "source": facts.source})
+            out.append({"file": str(path), "host": name, "snapshot": snapshot,
+                        "gpus": len(facts.gpus), "worst": worst(findings).value,
+                        "findings": [f.model_dump(mode="json") for f in findings]})
+    if json_out:
+        emit_json({"imported": out})
+    else:
+        for item in out:
+            console.print(f"{item['file']}: host {item['host']}, {item['gpus']} GPU(s), "
+                          f"snapshot {item['snapshot']}, worst finding {item['worst']}")
+    failed = [i["host"] for i in out if i["worst"] == Severity.FAIL.value]
+    if failed:
+        raise ProblemsFound(f"failing checks on {', '.join(failed)}")

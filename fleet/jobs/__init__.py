@@ -1,0 +1,1 @@
+"""Orchestration: jobs combine the pure domain with the adapters (hosts, history)."""
