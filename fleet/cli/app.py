@@ -100,6 +100,7 @@ def _register() -> None:
     """Attach command groups; each lives in its own module so a broken one is easy to find."""
     from fleet.cli import commands
 
+    commands.register_top_level(app)
     for name, sub in commands.groups():
         app.add_typer(sub, name=name)
 

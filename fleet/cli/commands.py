@@ -15,6 +15,15 @@ GROUPS: tuple[tuple[str, str], ...] = (
 )
 
 
+# Modules with top-level commands (`fleet probe`); each exposes `register(app)`.
+TOP_LEVEL: tuple[str, ...] = ("probe_cmd",)
+
+
+def register_top_level(app: typer.Typer) -> None:
+    for module in TOP_LEVEL:
+        importlib.import_module(f"fleet.cli.{module}").register(app)
+
+
 def groups() -> list[tuple[str, typer.Typer]]:
     return [
         (name, importlib.import_module(f"fleet.cli.{module}").app) for name, module in GROUPS

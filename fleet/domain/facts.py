@@ -188,7 +188,11 @@ class AerCounters(_Facts):
     fatal: dict[str, int] | None = None
 
     def total(self, kind: Literal["correctable", "nonfatal", "fatal"]) -> int | None:
-        counters = getattr(self, kind)
+        counters: dict[str, int] | None = {
+            "correctable": self.correctable,
+            "nonfatal": self.nonfatal,
+            "fatal": self.fatal,
+        }[kind]
         if counters is None:
             return None
         key = {

@@ -1,8 +1,8 @@
 """Check catalog: pure health and conformance checks over HostFacts (see `catalog`)."""
 
 from fleet.domain.checks.catalog import CHECKS, Check, run_checks, worst
+from fleet.domain.checks.expect import expectations_for, release_expectation
 from fleet.domain.checks.models import (
-    CheckThresholds,
     Expectations,
     Finding,
     ReleaseExpectation,
@@ -14,14 +14,15 @@ from fleet.domain.checks.xid import XidInfo, judge_xid, xid_catalog, xid_classes
 __all__ = [
     "CHECKS",
     "Check",
-    "CheckThresholds",
     "Expectations",
     "Finding",
     "ReleaseExpectation",
     "Remediation",
     "Severity",
     "XidInfo",
+    "expectations_for",
     "judge_xid",
+    "release_expectation",
     "run_checks",
     "worst",
     "xid_catalog",

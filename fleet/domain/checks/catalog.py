@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from fleet.domain.checks.models import (
-    CheckThresholds,
     Expectations,
     Finding,
     Remediation,
@@ -21,8 +20,9 @@ from fleet.domain.checks.models import (
 )
 from fleet.domain.checks.xid import judge_xid
 from fleet.domain.facts import GpuFacts, HostFacts, KernelEvent
+from fleet.domain.matrix.models import Thresholds
 
-CheckFn = Callable[[HostFacts, Expectations, CheckThresholds], Iterable[Finding]]
+CheckFn = Callable[[HostFacts, Expectations, Thresholds], Iterable[Finding]]
 
 OK, WARN, FAIL = Severity.OK, Severity.WARN, Severity.FAIL
 
@@ -106,7 +106,7 @@ def _vtuple(v: str) -> tuple[int, ...]:
     ("versions.driver_library", "versions.driver_kernel_module", "versions.packages"),
     "NVML, the loaded kernel module and the installed packages name the same driver",
 )
-def driver_agreement(facts: HostFacts, exp: Expectations, th: CheckThresholds) -> Iterable[Finding]:
+def driver_agreement(facts: HostFacts, exp: Expectations, th: Thresholds) -> Iterable[Finding]:
     v = facts.versions
     reads = ["versions.driver_library", "versions.driver_kernel_module", "versions.packages"]
     mismatch_err = any("mismatch" in str(e) for e in facts.source_errors.values())
@@ -166,7 +166,7 @@ def driver_agreement(facts: HostFacts, exp: Expectations, th: CheckThresholds) -
     "installed driver and CUDA equal the golden or an allowed release; packages held",
 )
 def release_conformance(
-    facts: HostFacts, exp: Expectations, th: CheckThresholds
+    facts: HostFacts, exp: Expectations, th: Thresholds
 ) -> Iterable[Finding]:
     if exp.release is None:
         return
@@ -238,7 +238,7 @@ def release_conformance(
 
 # ---------------------------------------------------------------------------------------- gpus
 @check("gpu.inventory", ("gpu_count", "gpus.name", "source"), "expected GPU count and model")
-def gpu_inventory(facts: HostFacts, exp: Expectations, th: CheckThresholds) -> Iterable[Finding]:
+def gpu_inventory(facts: HostFacts, exp: Expectations, th: Thresholds) -> Iterable[Finding]:
     seen = len(facts.gpus)
     if exp.gpu_count is not None and seen != exp.gpu_count:
         yield _f(
@@ -272,7 +272,7 @@ def gpu_inventory(facts: HostFacts, exp: Expectations, th: CheckThresholds) -> I
 
 
 @check("gpu.recovery_action", ("gpus.recovery_action",), "the driver asks for no recovery action")
-def recovery_action(facts: HostFacts, exp: Expectations, th: CheckThresholds) -> Iterable[Finding]:
+def recovery_action(facts: HostFacts, exp: Expectations, th: Thresholds) -> Iterable[Finding]:
     remedies: dict[str, Remediation] = {
         "reset": "reset_gpu",
         "gpu reset": "reset_gpu",
@@ -299,7 +299,7 @@ def recovery_action(facts: HostFacts, exp: Expectations, th: CheckThresholds) ->
     ("gpus.pcie_gen_*", "gpus.pcie_width_*", "gpus.clock_event_reasons"),
     "PCIe link trained to its max generation and width (when busy)",
 )
-def pcie_link(facts: HostFacts, exp: Expectations, th: CheckThresholds) -> Iterable[Finding]:
+def pcie_link(facts: HostFacts, exp: Expectations, th: Thresholds) -> Iterable[Finding]:
     for g in facts.gpus:
         if th.pcie_link_only_when_busy and (
             g.clock_event_reasons is None or "gpu_idle" in g.clock_event_reasons
@@ -326,7 +326,7 @@ def pcie_link(facts: HostFacts, exp: Expectations, th: CheckThresholds) -> Itera
     ("gpus.pcie_replay_counter", "identity.uptime_s"),
     "PCIe replays per minute within DCGM's per-lane budget",
 )
-def pcie_replay_rate(facts: HostFacts, exp: Expectations, th: CheckThresholds) -> Iterable[Finding]:
+def pcie_replay_rate(facts: HostFacts, exp: Expectations, th: Thresholds) -> Iterable[Finding]:
     uptime = facts.identity.uptime_s if facts.identity else None
     if not uptime or uptime < 600:
         return
@@ -334,8 +334,8 @@ def pcie_replay_rate(facts: HostFacts, exp: Expectations, th: CheckThresholds) -
         if g.pcie_replay_counter is None or not g.pcie_gen_max or not g.pcie_width_max:
             continue
         gen = g.pcie_gen_current or g.pcie_gen_max
-        per_lane = th.pcie_replays_per_lane_per_min.get(
-            gen, max(th.pcie_replays_per_lane_per_min.values())
+        per_lane = th.pcie_replay_per_lane_per_min.get(
+            gen, max(th.pcie_replay_per_lane_per_min.values())
         )
         allowed = math.ceil(per_lane * (g.pcie_width_current or g.pcie_width_max))
         rate = g.pcie_replay_counter / (uptime / 60.0)
@@ -359,10 +359,10 @@ def pcie_replay_rate(facts: HostFacts, exp: Expectations, th: CheckThresholds) -
     "no uncorrectable ECC errors",
 )
 def ecc_uncorrectable(
-    facts: HostFacts, exp: Expectations, th: CheckThresholds
+    facts: HostFacts, exp: Expectations, th: Thresholds
 ) -> Iterable[Finding]:
     for g in facts.gpus:
-        if g.ecc_volatile_uncorrected:
+        if (g.ecc_volatile_uncorrected or 0) > th.ecc_uncorrectable_max:
             yield _f(
                 "ecc.uncorrectable",
                 FAIL,
@@ -396,27 +396,27 @@ def ecc_uncorrectable(
 
 
 @check("ecc.corrected", ("gpus.ecc_*_corrected",), "corrected ECC errors below the thresholds")
-def ecc_corrected(facts: HostFacts, exp: Expectations, th: CheckThresholds) -> Iterable[Finding]:
+def ecc_corrected(facts: HostFacts, exp: Expectations, th: Thresholds) -> Iterable[Finding]:
     for g in facts.gpus:
         agg, vol = g.ecc_aggregate_corrected, g.ecc_volatile_corrected
-        if agg is not None and agg > th.ecc_corrected_aggregate_fail:
+        if agg is not None and agg > th.ecc_corrected_aggregate_max:
             yield _f(
                 "ecc.corrected",
                 FAIL,
                 "rma",
                 f"{g.label}: {agg} corrected ECC errors in its lifetime "
-                f"(> {th.ecc_corrected_aggregate_fail})",
+                f"(> {th.ecc_corrected_aggregate_max})",
                 g,
                 facts=["gpus.ecc_aggregate_corrected"],
                 count=agg,
             )
-        elif vol is not None and vol > th.ecc_corrected_volatile_warn:
+        elif vol is not None and vol > th.ecc_corrected_volatile_max:
             yield _f(
                 "ecc.corrected",
                 WARN,
                 "none",
                 f"{g.label}: {vol} corrected ECC errors since driver load "
-                f"(> {th.ecc_corrected_volatile_warn}); trend it",
+                f"(> {th.ecc_corrected_volatile_max}); trend it",
                 g,
                 facts=["gpus.ecc_volatile_corrected"],
                 count=vol,
@@ -424,21 +424,21 @@ def ecc_corrected(facts: HostFacts, exp: Expectations, th: CheckThresholds) -> I
 
 
 @check("ecc.retired_pages", ("gpus.retired_pages_*",), "retired pages below the table limit")
-def retired_pages(facts: HostFacts, exp: Expectations, th: CheckThresholds) -> Iterable[Finding]:
+def retired_pages(facts: HostFacts, exp: Expectations, th: Thresholds) -> Iterable[Finding]:
     for g in facts.gpus:
         sbe, dbe = g.retired_pages_sbe or 0, g.retired_pages_dbe or 0
-        if sbe + dbe >= th.retired_pages_fail:
+        if sbe + dbe >= th.retired_pages_limit:
             yield _f(
                 "ecc.retired_pages",
                 FAIL,
                 "rma",
-                f"{g.label}: {sbe + dbe} retired pages (limit {th.retired_pages_fail})",
+                f"{g.label}: {sbe + dbe} retired pages (limit {th.retired_pages_limit})",
                 g,
                 facts=["gpus.retired_pages_sbe", "gpus.retired_pages_dbe"],
                 sbe=sbe,
                 dbe=dbe,
             )
-        elif dbe > th.retired_pages_dbe_warn:
+        elif dbe > th.retired_pages_dbe_max:
             yield _f(
                 "ecc.retired_pages",
                 WARN,
@@ -460,16 +460,20 @@ def retired_pages(facts: HostFacts, exp: Expectations, th: CheckThresholds) -> I
 
 
 @check("remap.pending", ("gpus.remapped_rows_pending",), "no row remap waiting for a GPU reset")
-def remap_pending(facts: HostFacts, exp: Expectations, th: CheckThresholds) -> Iterable[Finding]:
+def remap_pending(facts: HostFacts, exp: Expectations, th: Thresholds) -> Iterable[Finding]:
     for g in facts.gpus:
         if g.remapped_rows_pending:
             yield _f(
                 "remap.pending",
-                WARN,
+                FAIL if th.fail_on_remap_pending else WARN,
                 "reset_gpu",
                 f"{g.label}: row remap pending ({g.remapped_rows_uncorrectable or 0} "
                 f"uncorrectable, {g.remapped_rows_correctable or 0} correctable remaps); "
-                "reset the GPU at the next window",
+                + (
+                    "drain the GPU and reset it to apply the remap"
+                    if th.fail_on_remap_pending
+                    else "reset the GPU at the next window"
+                ),
                 g,
                 facts=["gpus.remapped_rows_pending"],
             )
@@ -480,18 +484,18 @@ def remap_pending(facts: HostFacts, exp: Expectations, th: CheckThresholds) -> I
     ("gpus.remapped_rows_failure", "gpus.remapped_rows_uncorrectable", "gpus.remap_histogram"),
     "row remapping has not failed or run out",
 )
-def remap_failure(facts: HostFacts, exp: Expectations, th: CheckThresholds) -> Iterable[Finding]:
+def remap_failure(facts: HostFacts, exp: Expectations, th: Thresholds) -> Iterable[Finding]:
     for g in facts.gpus:
         if g.remapped_rows_failure:
             yield _f(
                 "remap.failure",
-                FAIL,
+                FAIL if th.fail_on_remap_failure else WARN,
                 "rma",
                 f"{g.label}: row remapping failed (NVIDIA's RMA criterion)",
                 g,
                 facts=["gpus.remapped_rows_failure"],
             )
-        elif (g.remapped_rows_uncorrectable or 0) >= th.remap_uncorrectable_fail:
+        elif (g.remapped_rows_uncorrectable or 0) >= th.remapped_rows_uncorrectable_limit:
             yield _f(
                 "remap.failure",
                 FAIL,
@@ -518,7 +522,7 @@ def _gpu_for(facts: HostFacts, pci: str | None) -> str | None:
 
 
 @check("xid", ("kernel_log.events",), "Xid events judged by class (catalog severity)")
-def xid_events(facts: HostFacts, exp: Expectations, th: CheckThresholds) -> Iterable[Finding]:
+def xid_events(facts: HostFacts, exp: Expectations, th: Thresholds) -> Iterable[Finding]:
     groups: dict[tuple[str | None, int], list[KernelEvent]] = {}
     for e in facts.events():
         if e.kind == "xid" and e.xid is not None and e.xid != 79:
@@ -540,7 +544,7 @@ def xid_events(facts: HostFacts, exp: Expectations, th: CheckThresholds) -> Iter
 
 
 @check("gpu.fallen_off_bus", ("kernel_log.events",), "no GPU fell off the bus (Xid 79 or not)")
-def fallen_off_bus(facts: HostFacts, exp: Expectations, th: CheckThresholds) -> Iterable[Finding]:
+def fallen_off_bus(facts: HostFacts, exp: Expectations, th: Thresholds) -> Iterable[Finding]:
     seen: dict[str | None, list[KernelEvent]] = {}
     for e in facts.events():
         if e.kind == "fallen_off_bus" or (e.kind == "xid" and e.xid == 79):
@@ -576,11 +580,11 @@ def _nvidia_related(facts: HostFacts, pci: str | None) -> bool:
     "no uncorrectable PCIe AER error on a GPU or its upstream port",
 )
 def aer_uncorrectable(
-    facts: HostFacts, exp: Expectations, th: CheckThresholds
+    facts: HostFacts, exp: Expectations, th: Thresholds
 ) -> Iterable[Finding]:
     for a in facts.aer or []:
         fatal, nonfatal = a.total("fatal") or 0, a.total("nonfatal") or 0
-        if fatal or nonfatal:
+        if fatal + nonfatal > th.aer_uncorrectable_max:
             yield _f(
                 "aer.uncorrectable",
                 FAIL,
@@ -601,6 +605,8 @@ def aer_uncorrectable(
         ):
             by_pci.setdefault(e.pci, []).append(e)
     for pci, evs in by_pci.items():
+        if len(evs) <= th.aer_uncorrectable_max:
+            continue
         yield _f(
             "aer.uncorrectable",
             FAIL,
@@ -618,19 +624,19 @@ def aer_uncorrectable(
     ("aer", "identity.uptime_s", "kernel_log.events"),
     "corrected PCIe AER errors below the rate threshold",
 )
-def aer_corrected(facts: HostFacts, exp: Expectations, th: CheckThresholds) -> Iterable[Finding]:
+def aer_corrected(facts: HostFacts, exp: Expectations, th: Thresholds) -> Iterable[Finding]:
     uptime = facts.identity.uptime_s if facts.identity else None
     if uptime and uptime >= 600:
         for a in facts.aer or []:
             cor = a.total("correctable") or 0
             rate = cor / (uptime / 3600.0)
-            if rate > th.aer_corrected_per_hour_warn:
+            if rate > th.aer_correctable_per_hour_max:
                 yield _f(
                     "aer.corrected_rate",
                     WARN,
                     "none",
                     f"{a.role} {a.pci}: {cor} corrected AER errors since boot "
-                    f"({rate:.0f}/h > {th.aer_corrected_per_hour_warn:.0f}/h)",
+                    f"({rate:.0f}/h > {th.aer_correctable_per_hour_max:.0f}/h)",
                     a.pci,
                     facts=["aer", "identity.uptime_s"],
                     count=cor,
@@ -641,13 +647,13 @@ def aer_corrected(facts: HostFacts, exp: Expectations, th: CheckThresholds) -> I
         for e in facts.events()
         if e.kind == "aer" and e.severity == "corrected" and _nvidia_related(facts, e.pci)
     ]
-    if len(evs) > th.aer_corrected_events_warn:
+    if len(evs) > th.aer_correctable_events_max:
         yield _f(
             "aer.corrected_rate",
             WARN,
             "none",
             f"{len(evs)} corrected AER events in the kernel log window "
-            f"(> {th.aer_corrected_events_warn})",
+            f"(> {th.aer_correctable_events_max})",
             None,
             facts=["kernel_log.events"],
             count=len(evs),
@@ -656,9 +662,9 @@ def aer_corrected(facts: HostFacts, exp: Expectations, th: CheckThresholds) -> I
 
 # ------------------------------------------------------------------------------ modes, clocks
 @check("clocks.slowdown", ("gpus.clock_event_reasons",), "no thermal or power-brake slowdown")
-def clocks_slowdown(facts: HostFacts, exp: Expectations, th: CheckThresholds) -> Iterable[Finding]:
+def clocks_slowdown(facts: HostFacts, exp: Expectations, th: Thresholds) -> Iterable[Finding]:
     for g in facts.gpus:
-        active = sorted(set(g.clock_event_reasons or []) & set(th.slowdown_reasons))
+        active = sorted(set(g.clock_event_reasons or []) & set(th.clock_slowdown_reasons))
         if active:
             yield _f(
                 "clocks.slowdown",
@@ -673,8 +679,25 @@ def clocks_slowdown(facts: HostFacts, exp: Expectations, th: CheckThresholds) ->
             )
 
 
+@check("gpu.temperature", ("gpus.temperature_c",), "GPU temperature within the matrix limit")
+def temperature(facts: HostFacts, exp: Expectations, th: Thresholds) -> Iterable[Finding]:
+    for g in facts.gpus:
+        if g.temperature_c is not None and g.temperature_c > th.gpu_temperature_max_c:
+            yield _f(
+                "gpu.temperature",
+                FAIL,
+                "none",
+                f"{g.label}: {g.temperature_c} C, above the {th.gpu_temperature_max_c} C limit; "
+                "check cooling and airflow",
+                g,
+                facts=["gpus.temperature_c"],
+                temperature_c=g.temperature_c,
+                limit_c=th.gpu_temperature_max_c,
+            )
+
+
 @check("persistence_mode", ("gpus.persistence_mode",), "persistence mode on")
-def persistence(facts: HostFacts, exp: Expectations, th: CheckThresholds) -> Iterable[Finding]:
+def persistence(facts: HostFacts, exp: Expectations, th: Thresholds) -> Iterable[Finding]:
     if not th.require_persistence_mode:
         return
     for g in facts.gpus:
@@ -690,7 +713,7 @@ def persistence(facts: HostFacts, exp: Expectations, th: CheckThresholds) -> Ite
 
 
 @check("mig.mode", ("gpus.mig_mode_current", "gpus.mig_mode_pending"), "MIG mode as expected")
-def mig_mode(facts: HostFacts, exp: Expectations, th: CheckThresholds) -> Iterable[Finding]:
+def mig_mode(facts: HostFacts, exp: Expectations, th: Thresholds) -> Iterable[Finding]:
     for g in facts.gpus:
         if (
             exp.mig_mode is not None
@@ -723,7 +746,7 @@ def mig_mode(facts: HostFacts, exp: Expectations, th: CheckThresholds) -> Iterab
 
 # ---------------------------------------------------------------------------- host plumbing
 @check("device_nodes", ("device_nodes", "gpus.minor_number"), "/dev/nvidia* nodes present")
-def device_nodes(facts: HostFacts, exp: Expectations, th: CheckThresholds) -> Iterable[Finding]:
+def device_nodes(facts: HostFacts, exp: Expectations, th: Thresholds) -> Iterable[Finding]:
     if facts.device_nodes is None or not (facts.gpus or exp.gpu_count):
         return
     have = {n.path: n for n in facts.device_nodes}
@@ -753,7 +776,7 @@ def device_nodes(facts: HostFacts, exp: Expectations, th: CheckThresholds) -> It
 
 @check("container_runtime", ("container_runtime",), "NVIDIA container runtime configured")
 def container_runtime(
-    facts: HostFacts, exp: Expectations, th: CheckThresholds
+    facts: HostFacts, exp: Expectations, th: Thresholds
 ) -> Iterable[Finding]:
     cr = facts.container_runtime
     if cr is None or cr.configured:
@@ -778,7 +801,7 @@ def container_runtime(
 
 
 @check("frameworks.cpu_fallback", ("frameworks", "gpus"), "torch/onnxruntime see the GPUs")
-def cpu_fallback(facts: HostFacts, exp: Expectations, th: CheckThresholds) -> Iterable[Finding]:
+def cpu_fallback(facts: HostFacts, exp: Expectations, th: Thresholds) -> Iterable[Finding]:
     if not facts.frameworks:
         return
     has_gpus = bool(facts.gpus) or bool(facts.gpu_count) or bool(exp.gpu_count)
@@ -804,7 +827,7 @@ def cpu_fallback(facts: HostFacts, exp: Expectations, th: CheckThresholds) -> It
 
 
 @check("probe.source", ("source", "source_errors"), "GPU facts came from NVML")
-def probe_source(facts: HostFacts, exp: Expectations, th: CheckThresholds) -> Iterable[Finding]:
+def probe_source(facts: HostFacts, exp: Expectations, th: Thresholds) -> Iterable[Finding]:
     if facts.source == "nvidia-smi":
         yield _f(
             "probe.source",
@@ -830,11 +853,14 @@ def probe_source(facts: HostFacts, exp: Expectations, th: CheckThresholds) -> It
 def run_checks(
     facts: HostFacts,
     expectations: Expectations | None = None,
-    thresholds: CheckThresholds | None = None,
+    thresholds: Thresholds | None = None,
 ) -> list[Finding]:
-    """Every check over one host's facts, most severe first (then by check id and GPU)."""
+    """Every check over one host's facts, most severe first (then by check id and GPU).
+
+    `thresholds` is the matrix's `policy.thresholds`; None means the defaults.
+    """
     exp = expectations or Expectations()
-    th = thresholds or CheckThresholds()
+    th = thresholds or Thresholds()
     out: list[Finding] = []
     for c in CHECKS:
         out.extend(c.fn(facts, exp, th))

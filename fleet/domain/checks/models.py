@@ -1,4 +1,8 @@
-"""Vocabulary of the check catalog: severities, remediations, findings, thresholds, expectations."""
+"""Vocabulary of the check catalog: severities, remediations, findings, expectations.
+
+Thresholds are not here: they are the matrix's `fleet.domain.matrix.models.Thresholds`
+(`policy.thresholds`), the one place users override them.
+"""
 
 from __future__ import annotations
 
@@ -36,49 +40,9 @@ class Finding(BaseModel):
     evidence: dict[str, Any] = Field(default_factory=dict)
 
 
-class CheckThresholds(BaseModel):
-    """Numeric limits of the health checks.
-
-    Defaults follow DCGM and node-health-check practice (shared/reference/nvidia.md §3-§4). Every
-    field here should later be read from the matrix policy (`Policy.thresholds`); the adapter is a
-    field-by-field copy once that model settles.
-    """
-
-    ecc_corrected_volatile_warn: int = 10_000
-    """Volatile corrected ECC errors (since driver load) above which to warn (Azure NHC limit)."""
-    ecc_corrected_aggregate_fail: int = 20_000_000
-    """Lifetime corrected ECC errors above which to fail (Azure NHC H100 DRAM limit)."""
-    retired_pages_fail: int = 63
-    """SBE+DBE retired pages at which the table is considered full (DCGM, formerly 60)."""
-    retired_pages_dbe_warn: int = 15
-    """DBE retired pages above which to warn (DCGM soft limit)."""
-    remap_uncorrectable_fail: int = 512
-    """Uncorrectable row remaps at which the GPU is in a bad state (DCGM)."""
-    pcie_replays_per_lane_per_min: dict[int, float] = Field(
-        default_factory=lambda: {1: 0.15, 2: 0.3, 3: 0.48, 4: 0.96, 5: 1.92, 6: 3.84}
-    )
-    """Allowed PCIe replays per minute per lane by generation (DCGM, BER 1e-12)."""
-    aer_corrected_per_hour_warn: float = 100.0
-    """sysfs TOTAL_ERR_COR per hour of uptime above which to warn."""
-    aer_corrected_events_warn: int = 20
-    """Corrected AER events in the kernel log window above which to warn."""
-    slowdown_reasons: list[str] = Field(
-        default_factory=lambda: [
-            "hw_slowdown",
-            "hw_thermal_slowdown",
-            "sw_thermal_slowdown",
-            "hw_power_brake_slowdown",
-        ]
-    )
-    """Clock-event reasons that mean thermal or power trouble (sw_power_cap and idle are normal)."""
-    require_persistence_mode: bool = True
-    pcie_link_only_when_busy: bool = True
-    """The link legitimately trains down at idle; skip the check while the GPU reports idle."""
-
-
 @dataclass(frozen=True)
 class ReleaseExpectation:
-    """The versions a host should run (adapted from the matrix's Release later)."""
+    """The versions a host should run; `expect.expectations_for` builds it from a matrix Release."""
 
     name: str
     driver_version: str

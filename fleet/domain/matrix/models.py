@@ -223,67 +223,140 @@ class BlockedVersion(_Model):
     component: Component = "driver"
 
 
-class Thresholds(_Model):
-    """Health-check limits, defaults from DCGM and node-health-check practice (nvidia.md §3-4).
+ClockEventReason = Literal[
+    "gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown", "sync_boost",
+    "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown",
+    "display_clock_setting",
+]
+"""NVML clock event ("throttle") reasons, as the probe and the nvidia-smi parsers name them."""
 
-    Counts are per GPU. "limit" fields fail at or above the value; "max" fields fail above it.
+
+class Thresholds(_Model):
+    """Health-check and audit limits: the one place they are defined and overridden.
+
+    Defaults come from DCGM, Azure NHC and node-health-check practice (shared/reference/nvidia.md
+    §3-4); each field names its source. `fleet.domain.checks.run_checks` reads the one-snapshot
+    fields; the weekly trend audit and automatic quarantine read the rest (each field says which).
+
+    Counts are per GPU. `*_limit` fields trigger at or above the value, `*_max` fields above it;
+    each field says whether crossing it warns or fails.
     """
 
+    # ---------------------------------------------------------------------------------- ECC
     ecc_uncorrectable_max: int = Field(
         default=0, ge=0,
-        description="Volatile uncorrectable (DBE) ECC errors tolerated; DCGM fails on any (> 0).",
+        description="Volatile uncorrectable (DBE) ECC errors tolerated since driver load; above "
+        "it the check fails (drain and reset). DCGM fails on any (> 0).",
+    )
+    ecc_corrected_volatile_max: int = Field(
+        default=10_000, ge=0,
+        description="Volatile corrected ECC errors since driver load above which the check "
+        "warns. Azure NHC's correctable limit (`check_gpu_ecc ... 10000`, applied there to SRAM).",
+    )
+    ecc_corrected_aggregate_max: int = Field(
+        default=20_000_000, ge=0,
+        description="Lifetime (aggregate) corrected ECC errors above which the check fails "
+        "(RMA triage). Azure NHC H100 config (`check_gpu_ecc 20000000`).",
     )
     ecc_corrected_per_week_max: int = Field(
         default=1000, ge=0,
-        description="Weekly growth of aggregate DRAM corrected errors before an alert; "
-        "site-tunable, NVIDIA gives no number (trend signal, alert on step increases).",
+        description="Weekly growth of aggregate DRAM corrected errors before the trend audit "
+        "alerts; site-tunable, NVIDIA gives no number (trend signal, alert on step increases).",
     )
     sram_uncorrectable_max: int = Field(
         default=0, ge=0,
-        description="Aggregate SRAM uncorrectable errors tolerated (Azure NHC fails on any).",
+        description="Aggregate SRAM uncorrectable errors tolerated by the audit (Azure NHC fails "
+        "on any). The one-snapshot check fails on the driver's SRAM threshold-exceeded flag.",
     )
+    # ------------------------------------------------------- page retirement (pre-Ampere)
     retired_pages_limit: int = Field(
-        default=60, ge=1,
-        description="SBE+DBE retired pages (pre-Ampere) at which a GPU fails; DCGM's old limit "
-        "was 60, current DCGM uses 63 to match the field diag.",
+        default=63, ge=1,
+        description="SBE+DBE retired pages at which the check fails (RMA triage). Current DCGM "
+        "(DCGM_LIMIT_MAX_RETIRED_PAGES) uses 63 to match the field diag; older DCGM used 60.",
     )
-    retired_pages_dbe_soft_limit: int = Field(
+    retired_pages_dbe_max: int = Field(
         default=15, ge=0,
-        description="DBE retired pages above which any new DBE retirement in a week fails (DCGM).",
+        description="DBE retired pages above which the check warns (RMA triage); DCGM's "
+        "DCGM_LIMIT_MAX_RETIRED_PAGES_SOFT_LIMIT, where more than one new DBE retirement in "
+        "a week then fails (the trend audit's part).",
     )
+    # ---------------------------------------------------------- row remapping (Ampere+)
     remapped_rows_uncorrectable_limit: int = Field(
         default=512, ge=1,
-        description="Uncorrectable remapped rows at which a GPU fails (DCGM, Azure NHC).",
+        description="Uncorrectable remapped rows at which the check fails (DCGM "
+        "DCGM_LIMIT_MAX_ROW_REMAP_UNCORRECTABLE; Azure NHC fails above 512).",
     )
     fail_on_remap_pending: bool = Field(
-        default=True, description="Row remap pending needs a GPU reset; drain-and-reset."
+        default=True,
+        description="A pending row remap fails the check (true, as DCGM diag and Azure NHC do) "
+        "or only warns (false); either way the GPU needs a reset to apply the remap.",
     )
     fail_on_remap_failure: bool = Field(
-        default=True, description="Row remap failure is NVIDIA's RMA criterion."
+        default=True,
+        description="A row remap failure fails the check (true) or only warns (false); it is "
+        "NVIDIA's RMA criterion and DCGM fails on it.",
     )
+    # ----------------------------------------------------------------------------- PCIe
     pcie_replay_per_lane_per_min: dict[int, float] = Field(
         default={1: 0.15, 2: 0.3, 3: 0.48, 4: 0.96, 5: 1.92, 6: 3.84},
-        description="Allowed PCIe replays per minute per lane, by PCIe generation (DCGM, BER "
-        "1e-12); the limit is ceil(rate * lanes): x16 Gen4 ~16/min, Gen5 ~31/min.",
+        description="Allowed PCIe replays per minute per lane, by PCIe generation (DCGM "
+        "GetExpectedPcieReplayRate, BER 1e-12); the limit is ceil(rate * lanes): x16 Gen4 "
+        "~16/min, Gen5 ~31/min. Above it the check warns.",
+    )
+    pcie_link_only_when_busy: bool = Field(
+        default=True,
+        description="Judge the PCIe link generation and width only while the GPU is busy: the "
+        "link legitimately trains down at idle (nvidia-smi help text).",
     )
     aer_uncorrectable_max: int = Field(
         default=0, ge=0,
-        description="New fatal/non-fatal AER errors on a GPU or its upstream port tolerated; "
-        "the nvidia driver cannot recover from any.",
+        description="Fatal plus non-fatal AER errors on a GPU or its upstream port tolerated "
+        "(sysfs counters since boot, or kernel-log events); above it the check fails. The "
+        "nvidia driver registers no PCI error handlers, so it cannot recover from any.",
+    )
+    aer_correctable_per_hour_max: float = Field(
+        default=100.0, ge=0,
+        description="Correctable AER errors (sysfs TOTAL_ERR_COR) per hour of uptime above "
+        "which the check warns; site-tunable, no vendor number.",
+    )
+    aer_correctable_events_max: int = Field(
+        default=20, ge=0,
+        description="Correctable AER events in one kernel-log window above which the check "
+        "warns; site-tunable, no vendor number.",
     )
     aer_correctable_fleet_factor: float = Field(
         default=10.0, gt=0,
-        description="Alert when a GPU's weekly correctable AER delta exceeds this multiple of "
-        "the fleet median for its platform.",
+        description="The trend audit alerts when a GPU's weekly correctable AER delta exceeds "
+        "this multiple of the fleet median for its platform (nvidia.md §4.3).",
+    )
+    # ------------------------------------------------------------------ clocks, thermals
+    clock_slowdown_reasons: tuple[ClockEventReason, ...] = Field(
+        default=(
+            "hw_slowdown", "hw_thermal_slowdown", "sw_thermal_slowdown",
+            "hw_power_brake_slowdown",
+        ),
+        description="Clock event reasons that mean thermal or power trouble; any active one "
+        "warns. sw_power_cap and gpu_idle are normal operation (DCGM warns on thermal and "
+        "power-brake violations).",
     )
     gpu_temperature_max_c: int = Field(
         default=87, ge=0, le=150,
-        description="GPU core temperature (deg C) above which the health check fails.",
+        description="GPU core temperature (deg C) above which the check fails; 87 is the H100's "
+        "'GPU Max Operating Temp' (nvidia-smi -q).",
     )
     memory_temperature_max_c: int = Field(
         default=95, ge=0, le=150,
-        description="HBM temperature (deg C) above which the health check fails.",
+        description="HBM temperature (deg C) above which the check fails; 95 is the H100's "
+        "'Memory Max Operating Temp' (nvidia-smi -q). Not read yet: the facts carry no "
+        "memory temperature.",
     )
+    # ---------------------------------------------------------------------- host config
+    require_persistence_mode: bool = Field(
+        default=True,
+        description="Warn when persistence mode is off (NVIDIA recommends nvidia-persistenced "
+        "on datacenter hosts).",
+    )
+    # ---------------------------------------------------------------------------- fleet
     quarantine_max_share: float = Field(
         default=0.10, gt=0, le=1,
         description="Largest share of a pool that automatic quarantine may take out at once; "

@@ -100,9 +100,18 @@ def test_thresholds_defaults() -> None:
     t = Thresholds()
     assert t.ecc_uncorrectable_max == 0
     assert t.remapped_rows_uncorrectable_limit == 512
-    assert t.retired_pages_limit == 60
+    assert t.retired_pages_limit == 63  # current DCGM (was 60 before nvbugs 3024088)
+    assert t.retired_pages_dbe_max == 15
+    assert t.ecc_corrected_aggregate_max == 20_000_000
+    assert t.fail_on_remap_pending is True
+    assert "sw_power_cap" not in t.clock_slowdown_reasons
     assert t.quarantine_max_share == 0.10
     assert t.pcie_replay_per_lane_per_min[5] == 1.92
+
+
+def test_thresholds_reject_unknown_slowdown_reason() -> None:
+    with pytest.raises(ValidationError):
+        Thresholds(clock_slowdown_reasons=("hw_slowdwn",))  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

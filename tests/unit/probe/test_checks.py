@@ -8,13 +8,13 @@ import pytest
 
 from fleet.domain.checks import (
     CHECKS,
-    CheckThresholds,
     Expectations,
     ReleaseExpectation,
     run_checks,
     xid_catalog,
 )
 from fleet.domain.facts import HostFacts
+from fleet.domain.matrix import Thresholds
 from fleet.probe.hostprobe import XID_CLASSES
 
 REL = ReleaseExpectation("r550", "550.54.15", "12.4", ("nvidia-driver-550",))
@@ -111,7 +111,7 @@ def healthy(**over: Any) -> dict[str, Any]:
     return h
 
 
-def findings(data: dict[str, Any], exp: Expectations = EXP, th: CheckThresholds | None = None):
+def findings(data: dict[str, Any], exp: Expectations = EXP, th: Thresholds | None = None):
     return [
         (f.check, f.severity.value, f.remediation)
         for f in run_checks(HostFacts.model_validate(data), exp, th)
@@ -223,7 +223,7 @@ CASES: list[tuple[str, dict[str, Any], tuple[str, str, str]]] = [
     (
         "remap pending",
         with_gpu0(remapped_rows_pending=True, remapped_rows_uncorrectable=4),
-        ("remap.pending", "warn", "reset_gpu"),
+        ("remap.pending", "fail", "reset_gpu"),
     ),
     ("remap failure", with_gpu0(remapped_rows_failure=True), ("remap.failure", "fail", "rma")),
     (
@@ -278,6 +278,7 @@ CASES: list[tuple[str, dict[str, Any], tuple[str, str, str]]] = [
         with_gpu0(clock_event_reasons=["hw_thermal_slowdown"]),
         ("clocks.slowdown", "warn", "none"),
     ),
+    ("too hot", with_gpu0(temperature_c=90), ("gpu.temperature", "fail", "none")),
     ("persistence off", with_gpu0(persistence_mode=False), ("persistence_mode", "warn", "none")),
     (
         "unexpected MIG",
@@ -346,8 +347,78 @@ def test_idle_link_is_not_degraded() -> None:
 
 
 def test_thresholds_override() -> None:
-    th = CheckThresholds(require_persistence_mode=False)
+    th = Thresholds(require_persistence_mode=False)
     assert findings(with_gpu0(persistence_mode=False), th=th) == []
+
+
+@pytest.mark.parametrize(
+    ("data", "th", "expected"),
+    [
+        # The retired-pages limit is DCGM's current 63 (at or above fails), not the old 60.
+        (with_gpu0(retired_pages_sbe=60, retired_pages_dbe=2), Thresholds(), []),
+        (
+            with_gpu0(retired_pages_sbe=60, retired_pages_dbe=2),
+            Thresholds(retired_pages_limit=60),
+            [("ecc.retired_pages", "fail", "rma")],
+        ),
+        (with_gpu0(retired_pages_dbe=15), Thresholds(), []),
+        (with_gpu0(retired_pages_dbe=16), Thresholds(), [("ecc.retired_pages", "warn", "rma")]),
+        (
+            with_gpu0(remapped_rows_pending=True),
+            Thresholds(fail_on_remap_pending=False),
+            [("remap.pending", "warn", "reset_gpu")],
+        ),
+        (
+            with_gpu0(remapped_rows_failure=True),
+            Thresholds(fail_on_remap_failure=False),
+            [("remap.failure", "warn", "rma")],
+        ),
+        (with_gpu0(remapped_rows_uncorrectable=511), Thresholds(), []),
+        (
+            with_gpu0(remapped_rows_uncorrectable=512),
+            Thresholds(),
+            [("remap.failure", "fail", "rma")],
+        ),
+        (with_gpu0(ecc_volatile_uncorrected=2), Thresholds(ecc_uncorrectable_max=2), []),
+        (with_gpu0(ecc_volatile_corrected=10_000), Thresholds(), []),
+        (
+            healthy(aer=[{"pci": "0000:00:01.0", "fatal": {"TOTAL_ERR_FATAL": 1}}]),
+            Thresholds(aer_uncorrectable_max=1),
+            [],
+        ),
+        (
+            log(*[event("aer", i, severity="corrected") for i in range(30)]),
+            Thresholds(aer_correctable_events_max=30),
+            [],
+        ),
+        (with_gpu0(temperature_c=87), Thresholds(), []),
+        (
+            with_gpu0(temperature_c=86),
+            Thresholds(gpu_temperature_max_c=85),
+            [("gpu.temperature", "fail", "none")],
+        ),
+        (
+            with_gpu0(clock_event_reasons=["sw_power_cap"]),
+            Thresholds(clock_slowdown_reasons=("sw_power_cap",)),
+            [("clocks.slowdown", "warn", "none")],
+        ),
+    ],
+)
+def test_thresholds_boundaries(
+    data: dict[str, Any], th: Thresholds, expected: list[tuple[str, str, str]]
+) -> None:
+    assert findings(data, th=th) == expected
+
+
+def test_matrix_thresholds_drive_the_checks() -> None:
+    from fleet.domain.matrix import Policy
+
+    policy = Policy.model_validate(
+        {"golden": {"default": "r"}, "thresholds": {"gpu_temperature_max_c": 80}}
+    )
+    assert findings(with_gpu0(temperature_c=82), th=policy.thresholds) == [
+        ("gpu.temperature", "fail", "none")
+    ]
 
 
 def test_probe_xid_classes_match_catalog() -> None:

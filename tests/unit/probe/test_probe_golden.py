@@ -79,7 +79,7 @@ def test_a10_remapped_rows_pending() -> None:
         False,
     )
     assert [(f.check, f.severity.value, f.remediation) for f in run_checks(facts)] == [
-        ("remap.pending", "warn", "reset_gpu")
+        ("remap.pending", "fail", "reset_gpu")  # DCGM diag fails a pending remap
     ]
 
 
