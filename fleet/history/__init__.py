@@ -15,6 +15,7 @@ from fleet.history.store import (
     findings_of,
     get_host,
     gpu_samples,
+    latest_snapshots,
     list_hosts,
     upsert_host,
 )
@@ -28,6 +29,7 @@ __all__ = [
     "findings_of",
     "get_host",
     "gpu_samples",
+    "latest_snapshots",
     "list_events",
     "list_hosts",
     "open_history",

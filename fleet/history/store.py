@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import Session, col, select
+from sqlmodel import Session, col, func, select
 
 from fleet.history.engine import History
 from fleet.history.events import require_aware
@@ -185,3 +185,34 @@ def findings_of(history: History, snapshot_id: int) -> list[FindingRow]:
         col(FindingRow.id))
     with history.read() as s:
         return list(s.exec(stmt).all())
+
+
+def latest_snapshots(
+    history: History, *, pool: str | None = None, hosts: Sequence[str] | None = None,
+    reachable_only: bool = False,
+) -> list[tuple[Host, Snapshot]]:
+    """Each host's newest snapshot (optionally its newest reachable one), by pool then name."""
+    newest = select(Snapshot.host_id, func.max(Snapshot.taken_at).label("taken_at"))
+    if reachable_only:
+        newest = newest.where(col(Snapshot.reachable).is_(True))
+    sub = newest.group_by(col(Snapshot.host_id)).subquery()
+    stmt = (
+        select(Host, Snapshot)
+        .join(Snapshot, col(Snapshot.host_id) == col(Host.id))
+        .join(sub, (sub.c.host_id == col(Snapshot.host_id))
+              & (sub.c.taken_at == col(Snapshot.taken_at)))
+        .order_by(col(Host.pool), col(Host.name), col(Snapshot.id).desc())
+    )
+    if pool is not None:
+        stmt = stmt.where(Host.pool == pool)
+    if hosts:
+        stmt = stmt.where(col(Host.name).in_(list(hosts)))
+    with history.read() as s:
+        rows = s.exec(stmt).all()
+    seen: set[int] = set()
+    out = []
+    for host, snap in rows:  # two snapshots with the same time: keep the newer id
+        if host.id not in seen:
+            seen.add(host.id)  # type: ignore[arg-type]
+            out.append((host, snap))
+    return out

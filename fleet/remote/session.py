@@ -129,13 +129,17 @@ def _reason(host: str, messages: list[str]) -> str:
     return "could not connect"
 
 
-def gather(conn: Connected, fact: Any, **kwargs: Any) -> dict[str, Any]:
-    """A fact from every reachable host, in parallel: {host name: value or exception}."""
+def gather(conn: Connected, fact: Any, kwargs_for: Callable[[Any], dict[str, Any]] | None = None,
+           **kwargs: Any) -> dict[str, Any]:
+    """A fact from every reachable host, in parallel: {host name: value or exception}.
+
+    `kwargs_for(host)` gives per-host fact arguments (a probe cursor, say); `kwargs` are shared.
+    """
     import gevent
 
     def one(h: Any) -> Any:
         try:
-            return h.get_fact(fact, **kwargs)
+            return h.get_fact(fact, **kwargs, **(kwargs_for(h) if kwargs_for else {}))
         except Exception as exc:
             return exc
 

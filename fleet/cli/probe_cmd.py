@@ -1,0 +1,128 @@
+"""`fleet probe` and `fleet check`: host facts over SSH, and the findings they lead to."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from fleet.cli.output import console, emit_json
+from fleet.domain.checks import Severity
+from fleet.errors import CouldNotComplete, ProblemsFound
+
+Inventory = Annotated[Path, typer.Option("--inventory", "-i", help="pyinfra inventory file.",
+                                         envvar="FLEET_INVENTORY")]
+Limit = Annotated[list[str] | None, typer.Option(
+    "--limit", "-l", help="Only these pools (inventory groups) or host-name globs; repeatable.")]
+MatrixOpt = Annotated[Path | None, typer.Option(
+    "--matrix", "-m", help="Version matrix: judge release conformance against it.",
+    envvar="FLEET_MATRIX")]
+JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
+
+_STYLE = {"fail": "red", "warn": "yellow", "ok": "green"}
+_RANK = {"fail": 0, "warn": 1, "ok": 2}
+
+
+def _findings_table(rows: list[dict[str, object]]) -> Table:
+    t = Table("host", "severity", "check", "gpu", "remediation", "message", box=None)
+    for r in rows:
+        sev = str(r["severity"])
+        t.add_row(str(r["host"]), f"[{_STYLE.get(sev, '')}]{sev}[/]", str(r["check"]),
+                  str(r.get("gpu") or ""), str(r.get("remediation") or ""), str(r["message"]))
+    return t
+
+
+def probe(
+    ctx: typer.Context,
+    inventory: Inventory,
+    limit: Limit = None,
+    matrix: MatrixOpt = None,
+    frameworks: Annotated[bool, typer.Option(
+        "--frameworks/--no-frameworks",
+        help="Ask torch/onnxruntime on the host which devices they see (slower).")] = True,
+    json_out: JsonFlag = False,
+) -> None:
+    """Probe hosts in parallel over SSH and record facts, counters and findings.
+
+    The probe is shipped inline and run with the host's python3; nothing is installed. Exit 3
+    when a host is unreachable (the others are still probed and recorded), 1 when a check fails.
+    """
+    from fleet.cli.app import settings
+    from fleet.domain.matrix.loader import load_matrix
+    from fleet.history import open_history
+    from fleet.jobs.probe import probe_inventory
+    from fleet.remote.session import patch_gevent
+
+    patch_gevent()
+    loaded = load_matrix(matrix, today=date.today()) if matrix else None
+    with open_history(settings(ctx).db) as history, console.status("probing hosts"):
+        results = probe_inventory(inventory, limit, history, now=lambda: datetime.now(UTC),
+                                  matrix=loaded.matrix if loaded else None,
+                                  frameworks=frameworks)
+    if json_out:
+        emit_json({"hosts": [r.as_dict() for r in results]})
+    else:
+        t = Table("host", "pool", "reachable", "source", "driver", "gpus", "worst", box=None)
+        for r in results:
+            worst = min((f.severity.value for f in r.findings), key=_RANK.get, default="ok")
+            t.add_row(r.host, r.pool or "", "yes" if r.reachable else f"[red]no[/]: {r.error}",
+                      r.facts.source if r.facts else "", (r.facts.versions.driver_library or "")
+                      if r.facts else "", str(len(r.facts.gpus)) if r.facts else "",
+                      f"[{_STYLE[worst]}]{worst}[/]")
+        console.print(t)
+    failed_probe = [r.host for r in results if r.facts is None]
+    if failed_probe:
+        raise CouldNotComplete(f"could not probe {len(failed_probe)} host(s): "
+                               + ", ".join(failed_probe))
+    failing = [r.host for r in results if any(f.severity is Severity.FAIL for f in r.findings)]
+    if failing:
+        raise ProblemsFound(f"failing checks on {', '.join(failing)}")
+
+
+def check(
+    ctx: typer.Context,
+    pool: Annotated[str | None, typer.Option("--pool", help="Only this pool.")] = None,
+    host: Annotated[list[str] | None, typer.Option("--host", help="Only these hosts.")] = None,
+    show_ok: Annotated[bool, typer.Option("--all", help="Also list ok findings.")] = False,
+    json_out: JsonFlag = False,
+) -> None:
+    """Findings of each host's latest probe, most severe first, with their remediation.
+
+    Reads the history only (run `fleet probe` first). Exit 1 when any finding fails, 3 when a
+    host's latest probe could not reach it.
+    """
+    from fleet.cli.app import settings
+    from fleet.history import findings_of, latest_snapshots, open_history
+
+    rows: list[dict[str, object]] = []
+    unreachable: list[str] = []
+    with open_history(settings(ctx).db) as history:
+        for h, snap in latest_snapshots(history, pool=pool, hosts=host):
+            if not snap.reachable or snap.source == "none" and "error" in (snap.facts or {}):
+                unreachable.append(h.name)
+            for f in findings_of(history, snap.id):  # type: ignore[arg-type]
+                if f.severity == "ok" and not show_ok:
+                    continue
+                rows.append({"host": h.name, "pool": h.pool, "severity": f.severity,
+                             "check": f.check_id, "gpu": f.gpu_index,
+                             "remediation": f.remediation, "message": f.message,
+                             "taken_at": snap.taken_at})
+    rows.sort(key=lambda r: (_RANK.get(str(r["severity"]), 3), str(r["host"])))
+    if json_out:
+        emit_json({"findings": rows, "unreachable": unreachable})
+    elif rows:
+        console.print(_findings_table(rows))
+    else:
+        console.print("[green]no findings[/green]")
+    if unreachable:
+        raise CouldNotComplete(f"latest probe could not reach: {', '.join(unreachable)}")
+    if any(r["severity"] == "fail" for r in rows):
+        raise ProblemsFound("failing findings")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("probe")(probe)
+    app.command("check")(check)
