@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import traceback
@@ -59,8 +60,17 @@ def main(
     ctx.obj = Settings(db=db)
 
 
+def _quiet_libraries() -> None:
+    """paramiko logs every failed handshake with a traceback; fleet reports those itself."""
+    for name in ("paramiko", "pyinfra"):
+        logger = logging.getLogger(name)
+        logger.addHandler(logging.NullHandler())
+        logger.propagate = False
+
+
 def run(argv: list[str] | None = None) -> None:
     """Console-script entry: the one place where errors become exit codes."""
+    _quiet_libraries()
     try:
         app(args=argv, standalone_mode=True)
     except FleetError as exc:
