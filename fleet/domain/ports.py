@@ -1,0 +1,116 @@
+"""Ports: the interface through which jobs reach hosts, and the one through which they drain them.
+
+Pure types and protocols (no I/O), so adapters and jobs can both import them.
+
+`Backend` is implemented twice: over SSH (`fleet.remote.backend.SshBackend`: pyinfra, fabric)
+and in-process (`fleet.sim`: the simulated fleet used for rehearsals at scale, the demo and the
+engine tests). `Scheduler` is implemented per workload manager (`fleet.schedulers`: none, Slurm,
+Kubernetes) and by the simulated fleet.
+
+Every per-host call returns a `HostResult` instead of raising: a job must be able to do the rest
+of the fleet and say exactly which hosts it could not reach. Calls take and return host *names*;
+`hosts()` is where names meet their pool, GPU model and NVLink/rack unit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, Literal, Protocol, TypeVar
+
+from fleet.domain.facts import HostFacts
+from fleet.domain.matrix.models import Release
+from fleet.domain.pinning import PinPlan
+
+T = TypeVar("T")
+
+OsFamily = Literal["debian", "rhel"]
+
+
+@dataclass(frozen=True)
+class HostRef:
+    """A host as the inventory describes it."""
+
+    name: str
+    pool: str | None = None
+    gpu_model: str | None = None
+    gpu_count: int | None = None
+    unit: str | None = None  # hosts sharing an NVLink domain or rack move together
+    groups: tuple[str, ...] = ()
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class HostResult(Generic[T]):
+    """One host's answer to one call. `value` is set when `ok`; `error` says why not."""
+
+    host: str
+    value: T | None = None
+    ok: bool = True
+    reachable: bool = True
+    changed: bool = False
+    error: str | None = None
+    seconds: float = 0.0
+
+    @classmethod
+    def unreachable(cls, host: str, error: str) -> HostResult[T]:
+        return cls(host, None, ok=False, reachable=False, error=error)
+
+    @classmethod
+    def failed(cls, host: str, error: str) -> HostResult[T]:
+        return cls(host, None, ok=False, error=error)
+
+
+Samples = dict[str, list[float]]
+"""Benchmark output: metric name to its samples (the judge compares these)."""
+
+
+class Backend(Protocol):
+    """Probe, plan, apply a release, reboot and benchmark hosts."""
+
+    def hosts(self) -> list[HostRef]: ...
+
+    def probe(self, hosts: Sequence[str]) -> dict[str, HostResult[HostFacts]]: ...
+
+    def plan(self, hosts: Sequence[str], release: Release) -> dict[str, HostResult[PinPlan]]:
+        """What pinning `release` would change on each host; touches nothing."""
+        ...
+
+    def apply(self, hosts: Sequence[str], release: Release) -> dict[str, HostResult[PinPlan]]:
+        """Pin `release` (idempotent: `changed` is False on a host already on it)."""
+        ...
+
+    def reboot(self, hosts: Sequence[str]) -> dict[str, HostResult[None]]: ...
+
+    def benchmark(self, hosts: Sequence[str], suite: str,
+                  params: Mapping[str, Any] | None = None) -> dict[str, HostResult[Samples]]: ...
+
+    def close(self) -> None: ...
+
+
+AdminStateName = Literal["available", "draining", "drained", "down", "unknown"]
+
+
+@dataclass(frozen=True)
+class AdminState:
+    """A host's state in the workload manager, recorded before fleet touches it."""
+
+    state: AdminStateName
+    reason: str | None = None
+    by_fleet: bool = False  # drained by fleet (its reason carries fleet's marker)
+
+
+class Scheduler(Protocol):
+    """Drain and undrain hosts in the workload manager (none, Slurm, Kubernetes, simulated).
+
+    Never undrain a host someone else drained: callers check `state()` first and only undrain
+    hosts whose state says `by_fleet`.
+    """
+
+    name: str
+
+    def state(self, host: str) -> AdminState: ...
+
+    def drain(self, host: str, reason: str, *, wait_s: float = 0) -> HostResult[None]: ...
+
+    def undrain(self, host: str) -> HostResult[None]: ...
