@@ -16,7 +16,7 @@ GROUPS: tuple[tuple[str, str], ...] = (
 
 
 # Modules with top-level commands (`fleet probe`); each exposes `register(app)`.
-TOP_LEVEL: tuple[str, ...] = ("probe_cmd", "exec_cmd")
+TOP_LEVEL: tuple[str, ...] = ("probe_cmd", "apply_cmd", "exec_cmd")
 
 
 def register_top_level(app: typer.Typer) -> None:

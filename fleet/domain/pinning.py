@@ -41,6 +41,13 @@ EXCLUSIVE_FAMILIES: Mapping[str, re.Pattern[str]] = {
     "fabric_manager": re.compile(r"^nvidia-fabricmanager(-\d+)?$"),
 }
 
+# Ubuntu/NVIDIA name most driver packages after their branch (nvidia-utils-570,
+# libnvidia-compute-570, nvidia-fabricmanager-570, nvidia-dkms-570-open): every such package of
+# another branch belongs to the old driver and must go with it.
+BRANCHED_PACKAGE = re.compile(
+    r"^(?:lib)?nvidia-[a-z0-9-]*?-(\d{3,4})(?:-open|-server|-server-open)?$"
+)
+
 # Components whose change replaces the kernel module: the host must reboot before it verifies.
 REBOOT_COMPONENTS = frozenset({"driver"})
 
@@ -86,7 +93,7 @@ class PinPlan:
     changes: tuple[Change, ...]
     steps: tuple[Step, ...]
     reboot_required: bool
-    notes: tuple[str, ...] = field(default=())
+    installed: Mapping[str, str] = field(default_factory=dict)  # distro versions before the pin
 
     @property
     def changed(self) -> bool:
@@ -145,14 +152,18 @@ def _changes(wanted: Sequence[WantedPackage], installed: Mapping[str, str]) -> l
             c = compare_upstream(w.version, before)
             kind = "upgrade" if c > 0 else "downgrade" if c < 0 else "reinstall"
         changes.append(Change(w.component, w.name, before, w.version, kind))
+    removed: set[str] = set()
     for component, family in EXCLUSIVE_FAMILIES.items():
-        if not any(w.component == component for w in wanted):
-            continue
-        for name in sorted(installed):
-            if family.match(name) and name not in wanted_names:
-                changes.append(
-                    Change(component, name, upstream_of(installed[name]), None, "remove")
-                )
+        if any(w.component == component for w in wanted):
+            removed |= {n for n in installed if family.match(n) and n not in wanted_names}
+    branches = {w.version.split(".", 1)[0] for w in wanted if w.component == "driver"}
+    for name in installed:
+        m = BRANCHED_PACKAGE.match(name)
+        if branches and m and m.group(1) not in branches and name not in wanted_names:
+            removed.add(name)
+    for name in sorted(removed):
+        component = "fabric_manager" if "fabricmanager" in name else "driver"
+        changes.append(Change(component, name, upstream_of(installed[name]), None, "remove"))
     return changes
 
 
@@ -177,7 +188,30 @@ def plan_pin(
     else:
         steps = _dnf_steps(wanted, changes, held)
     reboot = any(c.component in REBOOT_COMPONENTS for c in changes)
-    return PinPlan(os_family, tuple(changes), tuple(steps), reboot)
+    return PinPlan(os_family, tuple(changes), tuple(steps), reboot, dict(installed))
+
+
+class _Release(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    def packages(self, os_family: OsFamily) -> Sequence[WantedPackage]: ...
+
+
+def release_of(releases: Iterable[_Release], installed: Mapping[str, str],
+               os_family: OsFamily) -> str | None:
+    """The release whose every package is installed at its version; the fullest match wins.
+
+    None when no release matches: a host drifted by hand, or never pinned.
+    """
+    best: tuple[int, str] | None = None
+    for rel in releases:
+        wanted = rel.packages(os_family)
+        matches = bool(wanted) and all(
+            w.name in installed and upstream_of(installed[w.name]) == w.version for w in wanted)
+        if matches and (best is None or len(wanted) > best[0]):
+            best = (len(wanted), rel.name)
+    return best[1] if best else None
 
 
 def _apt_steps(

@@ -144,6 +144,39 @@ def fabric_manager_matches_driver(matrix: Matrix, today: date | None) -> list[Pr
     ]
 
 
+def architecture_problems(release: Release, gpu_model: str,
+                          data: nvidia_data.NvidiaData | None = None) -> list[str] | None:
+    """Why `release` cannot drive `gpu_model`: [] when it can, None when the model is unknown."""
+    data = data or nvidia_data.load()
+    arch = data.architecture_of(gpu_model)
+    if arch is None:
+        return None
+    what = f"{gpu_model} ({arch.name.capitalize()})"
+    branch = release.branch
+    out = []
+    if arch.last_branch is not None and compare(branch, arch.last_branch) > 0:
+        out.append(f"release {release.name!r} uses {branch_label(branch)}, but "
+                   f"{branch_label(arch.last_branch)} is the last branch supporting {what}")
+    if arch.first_branch is not None and compare(branch, arch.first_branch) < 0:
+        out.append(f"release {release.name!r} uses {branch_label(branch)}, older than "
+                   f"{branch_label(arch.first_branch)}, the first branch supporting {what}")
+    if release.driver.flavor not in arch.flavors:
+        out.append(f"release {release.name!r} uses the {release.driver.flavor} kernel modules; "
+                   f"{what} needs {' or '.join(arch.flavors)}")
+    return out
+
+
+def blocked_components(matrix: Matrix, release: Release) -> list[str]:
+    """The blocked versions `release` uses, each with the policy's reason."""
+    versions = release.versions()
+    return [
+        f"{block.component} {block.version} is blocked: {block.reason}"
+        for block in matrix.policy.blocked
+        if (used := versions.get(block.component)) is not None
+        and compare(used, block.version) == 0
+    ]
+
+
 def gpu_architecture(matrix: Matrix, today: date | None) -> list[Problem]:
     """The golden and previous release of each pool must support the pool's GPU architecture."""
     data = nvidia_data.load()
@@ -151,32 +184,15 @@ def gpu_architecture(matrix: Matrix, today: date | None) -> list[Problem]:
     for pool, settings in matrix.pools.items():
         if settings.gpu_model is None:
             continue
-        arch = data.architecture_of(settings.gpu_model)
-        if arch is None:
+        if data.architecture_of(settings.gpu_model) is None:
             out.append(_warning(f"pools.{pool}.gpu_model", (
                 f"unknown GPU model {settings.gpu_model!r}; driver branch support not checked"
             )))
             continue
         for rel_pool, field, rel, role in _pool_releases(matrix):
-            if rel_pool != pool:
-                continue
-            what = f"pool {pool!r} ({settings.gpu_model}, {arch.name.capitalize()})"
-            branch = rel.branch
-            if arch.last_branch is not None and compare(branch, arch.last_branch) > 0:
-                out.append(_error(field, (
-                    f"{role} release {rel.name!r} uses {branch_label(branch)}, but "
-                    f"{branch_label(arch.last_branch)} is the last branch supporting {what}"
-                )))
-            if arch.first_branch is not None and compare(branch, arch.first_branch) < 0:
-                out.append(_error(field, (
-                    f"{role} release {rel.name!r} uses {branch_label(branch)}, older than "
-                    f"{branch_label(arch.first_branch)}, the first branch supporting {what}"
-                )))
-            if rel.driver.flavor not in arch.flavors:
-                out.append(_error(field, (
-                    f"{role} release {rel.name!r} uses the {rel.driver.flavor} kernel modules; "
-                    f"{what} needs {' or '.join(arch.flavors)}"
-                )))
+            if rel_pool == pool:
+                for why in architecture_problems(rel, settings.gpu_model, data) or []:
+                    out.append(_error(field, f"{role} {why} in pool {pool!r}"))
     return out
 
 
@@ -187,15 +203,8 @@ def blocked_versions(matrix: Matrix, today: date | None) -> list[Problem]:
     for field, name, role in _references(matrix):
         if name not in index:
             continue
-        versions = matrix.releases[index[name]].versions()
-        for block in matrix.policy.blocked:
-            used = versions.get(block.component)
-            if used is None or compare(used, block.version) != 0:
-                continue
-            message = (
-                f"{role} release {name!r} uses blocked {block.component} {block.version}: "
-                f"{block.reason}"
-            )
+        for why in blocked_components(matrix, matrix.releases[index[name]]):
+            message = f"{role} release {name!r}: {why}"
             out.append(_warning(field, message) if role == "allowed" else _error(field, message))
     return out
 

@@ -137,7 +137,7 @@ def test_blocked_driver_on_golden_is_an_error() -> None:
     data["releases"][1]["companions"]["fabric_manager"] = "570.124.06"
     errs = errors(data)  # golden by default, and the canary's rollback target
     assert [e.field for e in errs] == ["policy.golden.default", "policy.previous.h100-canary"]
-    assert "blocked driver 570.124.06: Xid 31" in errs[0].message
+    assert "driver 570.124.06 is blocked: Xid 31" in errs[0].message
 
 
 def test_blocked_companion_on_allowed_is_a_warning() -> None:

@@ -152,3 +152,34 @@ class TestDnf:
             "dnf -y install nvidia-driver-550.54.15 cuda-toolkit-12-4-12.4.1",
             "dnf versionlock add cuda-toolkit-12-4-12.4.1 nvidia-driver-550.54.15",
         ]
+
+
+def test_release_of_finds_the_fullest_matching_release() -> None:
+    from pathlib import Path
+
+    from fleet.domain.matrix.loader import load_matrix
+    from fleet.domain.pinning import release_of
+
+    root = Path(__file__).resolve().parents[3]
+    matrix = load_matrix(root / "matrices" / "example.yaml").matrix
+    golden = matrix.golden_for(next(iter(matrix.pools)))
+    installed = {p.name: f"{p.version}-1" for p in golden.packages("debian")}
+    assert release_of(matrix.releases, installed, "debian") == golden.name
+    drifted = dict(installed)
+    driver = next(p for p in golden.packages("debian") if p.component == "driver")
+    drifted[driver.name] = "1.0.0-1"
+    assert release_of(matrix.releases, drifted, "debian") is None
+    assert release_of(matrix.releases, {}, "debian") is None
+
+
+def test_every_package_of_the_old_branch_goes_with_it() -> None:
+    old = "570.133.20-1"
+    installed = {"nvidia-driver-570-open": old, "nvidia-utils-570": old,
+                 "libnvidia-compute-570": old, "nvidia-fabricmanager-570": old,
+                 "cuda-toolkit-12-8": "12.8.1-1", "nvidia-container-toolkit": "1.17.5-1"}
+    wanted = [Pkg("nvidia-driver-550-open", "550.127.05", "driver"),
+              Pkg("nvidia-fabricmanager-550", "550.127.05", "fabric_manager")]
+    plan = plan_pin("debian", wanted, installed, held=[], files={})
+    removed = sorted(c.package for c in plan.changes if c.kind == "remove")
+    assert removed == ["libnvidia-compute-570", "nvidia-driver-570-open",
+                       "nvidia-fabricmanager-570", "nvidia-utils-570"]

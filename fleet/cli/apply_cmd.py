@@ -1,0 +1,172 @@
+"""`fleet apply` and `fleet rollback`: pin a release onto hosts, verified."""
+
+from __future__ import annotations
+
+import sys
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from fleet.cli.output import console, emit_json
+from fleet.errors import BadInput, CouldNotComplete, ProblemsFound
+
+Inventory = Annotated[Path, typer.Option("--inventory", "-i", envvar="FLEET_INVENTORY",
+                                         help="pyinfra inventory file.")]
+MatrixOpt = Annotated[Path, typer.Option("--matrix", "-m", envvar="FLEET_MATRIX",
+                                         help="Version matrix (matrices/*.yaml).")]
+Limit = Annotated[list[str] | None, typer.Option(
+    "--limit", "-l", help="Only these pools (groups) or host-name globs; repeatable.")]
+JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
+
+_STYLE = {"changed": "green", "unchanged": "dim", "would_change": "cyan", "failed": "red",
+          "unreachable": "red", "refused": "yellow"}
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _report(results: list, json_out: bool, extra: dict | None = None) -> None:  # type: ignore[type-arg]
+    if json_out:
+        emit_json({**(extra or {}), "hosts": [r.as_dict() for r in results]})
+        return
+    t = Table("host", "pool", "from", "to", "outcome", "changes", "note", box=None)
+    for r in results:
+        changes = ", ".join(str(c) for c in r.changes) or "-"
+        style = _STYLE.get(r.outcome, "")
+        note = r.error or ("reboot" if r.rebooted else "")
+        t.add_row(r.host, r.pool or "", r.from_release or "?", r.to_release,
+                  f"[{style}]{r.outcome}[/]", changes, note)
+    console.print(t)
+
+
+def _exit(results: list) -> None:  # type: ignore[type-arg]
+    unreachable = [r.host for r in results if r.outcome == "unreachable"]
+    failed = [r.host for r in results if r.outcome in ("failed", "refused")]
+    if unreachable:
+        raise CouldNotComplete(f"unreachable: {', '.join(unreachable)}"
+                               + (f"; failed: {', '.join(failed)}" if failed else ""))
+    if failed:
+        raise ProblemsFound(f"failed or refused: {', '.join(failed)}")
+
+
+def apply(
+    ctx: typer.Context,
+    release: Annotated[str, typer.Option("--release", "-r", help="Release name in the matrix.")],
+    inventory: Inventory,
+    matrix: MatrixOpt,
+    limit: Limit = None,
+    dry: Annotated[bool, typer.Option("--dry", help="Show what would change; touch nothing.")]
+    = False,
+    json_out: JsonFlag = False,
+) -> None:
+    """Pin a release onto hosts: exact packages, apt pin or dnf versionlock, held, verified.
+
+    Reboots hosts whose kernel module changed, then probes them: a host counts as moved only when
+    the driver agrees three ways and no health check fails. A second identical run changes
+    nothing. Exit 1 when a host failed or was refused, 3 when one was unreachable.
+    """
+    from fleet.cli.app import settings
+    from fleet.domain.matrix.loader import load_matrix
+    from fleet.history import open_history, os_actor
+    from fleet.jobs.apply import pin_hosts
+    from fleet.remote.backend import SshBackend
+    from fleet.remote.session import patch_gevent
+
+    patch_gevent()
+    m = load_matrix(matrix, today=date.today()).matrix
+    try:
+        rel = m.release(release)
+    except KeyError:
+        raise BadInput.single(f"no release {release!r} in the matrix", file=str(matrix),
+                              field="--release") from None
+    backend = SshBackend(inventory, limit)
+    targets = {h.name: rel for h in backend.hosts()}
+    with open_history(settings(ctx).db) as history, console.status("applying") as status:
+        results = pin_hosts(backend, history, m, targets, now=_now, dry=dry, actor=os_actor(),
+                            on_progress=lambda h, what: status.update(f"{what}: {h}"))
+    _report(results, json_out, {"release": release, "dry": dry})
+    _exit(results)
+
+
+def rollback(
+    ctx: typer.Context,
+    inventory: Inventory,
+    matrix: MatrixOpt,
+    reason: Annotated[str, typer.Option("--reason", help="Why: recorded with who ran it.")],
+    pool: Annotated[str | None, typer.Option("--pool", help="Roll back every host of a pool.")]
+    = None,
+    host: Annotated[list[str] | None, typer.Option("--host", help="Roll back these hosts.")]
+    = None,
+    to: Annotated[str, typer.Option(
+        "--to", help="'previous' (each host's last known-good release from the history, else "
+        "the matrix's previous for its pool) or a release name.")] = "previous",
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
+    = False,
+    json_out: JsonFlag = False,
+) -> None:
+    """Put a pool or hosts back on their last known-good release, verified (incident path).
+
+    No benchmark gates on this path. Unreachable hosts are reported and the rest proceed; the
+    command then exits 3. Who ran it and why go into the history.
+    """
+    from fleet.cli.app import settings
+    from fleet.domain.matrix.loader import load_matrix
+    from fleet.history import open_history, os_actor, record_event
+    from fleet.jobs.apply import pin_hosts, previous_known_good
+    from fleet.remote.backend import SshBackend
+    from fleet.remote.session import patch_gevent
+
+    if (pool is None) == (not host):
+        raise BadInput.single("give --pool or --host (not both)", field="--pool/--host")
+    if not reason.strip():
+        raise BadInput.single("--reason must say why", field="--reason")
+    patch_gevent()
+    m = load_matrix(matrix, today=date.today()).matrix
+    backend = SshBackend(inventory, [pool] if pool else host)
+    refs = [r for r in backend.hosts() if pool is None or r.pool == pool]
+    if not refs:
+        raise BadInput.single(f"no host of pool {pool!r} in the inventory", field="--pool")
+    actor = os_actor()
+    with open_history(settings(ctx).db) as history:
+        targets, sources, missing = {}, {}, []
+        for r in refs:
+            if to == "previous":
+                rel, source = previous_known_good(history, m, r.name, r.pool)
+            else:
+                try:
+                    rel, source = m.release(to), "--to"
+                except KeyError:
+                    raise BadInput.single(f"no release {to!r} in the matrix",
+                                          file=str(matrix), field="--to") from None
+            if rel is None:
+                missing.append(r.name)
+            else:
+                targets[r.name], sources[r.name] = rel, source
+        if missing:
+            raise BadInput.single("no known-good release for " + ", ".join(missing)
+                                  + " (no history, no policy.previous for the pool); use --to",
+                                  field="--to")
+        plan = ", ".join(sorted({f"{t.name}" for t in targets.values()}))
+        console.print(f"rolling back {len(targets)} host(s) to {plan} ({reason})")
+        if not yes:
+            if not sys.stdin.isatty():
+                raise BadInput.single("no terminal to confirm on: pass --yes", field="--yes")
+            typer.confirm("proceed?", abort=True)
+        record_event(history, "rollback", pool or ",".join(host or []), reason,
+                     {"targets": {h: r.name for h, r in targets.items()}, "sources": sources},
+                     actor=actor, at=_now())
+        with console.status("rolling back") as status:
+            results = pin_hosts(backend, history, m, targets, now=_now, kind="rollback",
+                                reason=reason, actor=actor,
+                                on_progress=lambda h, what: status.update(f"{what}: {h}"))
+    _report(results, json_out, {"reason": reason, "actor": actor, "sources": sources})
+    _exit(results)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("apply")(apply)
+    app.command("rollback")(rollback)

@@ -1,0 +1,210 @@
+"""Pin releases onto hosts and verify them: the path behind `fleet apply` and `fleet rollback`.
+
+Per host: refuse what the matrix forbids (blocked versions, a branch the GPU cannot run), plan,
+record the step, pin, reboot when the kernel module changed, verify with the probe (driver
+three-way agreement, release conformance, health checks), record the outcome. Hosts that cannot
+be reached are reported and the others proceed. Benchmark gates are not on this path: a rollback
+at 3 a.m. must not wait for a benchmark.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from fleet.domain.checks import Finding, Severity, run_checks
+from fleet.domain.checks.expect import release_expectation
+from fleet.domain.checks.models import Expectations
+from fleet.domain.matrix.models import Matrix, Release
+from fleet.domain.matrix.rules import architecture_problems, blocked_components
+from fleet.domain.pinning import Change, release_of
+from fleet.domain.ports import Backend, HostRef
+from fleet.history import History, list_events, record_event
+from fleet.jobs.record import record_snapshot
+
+Outcome = Literal["unchanged", "would_change", "changed", "failed", "unreachable", "refused"]
+
+
+@dataclass
+class HostApply:
+    host: str
+    pool: str | None
+    to_release: str
+    from_release: str | None = None
+    outcome: Outcome = "unchanged"
+    changes: list[Change] = field(default_factory=list)
+    reboot_required: bool = False
+    rebooted: bool = False
+    error: str | None = None
+    seconds: float = 0.0
+    findings: list[Finding] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "host": self.host, "pool": self.pool, "from_release": self.from_release,
+            "to_release": self.to_release, "outcome": self.outcome,
+            "changes": [{"component": c.component, "package": c.package, "from": c.before,
+                         "to": c.after, "kind": c.kind} for c in self.changes],
+            "reboot_required": self.reboot_required, "rebooted": self.rebooted,
+            "error": self.error, "seconds": round(self.seconds, 3),
+            "findings": [f.model_dump(mode="json") for f in self.findings
+                         if f.severity is not Severity.OK],
+        }
+
+
+def refusal(matrix: Matrix, release: Release, ref: HostRef) -> str | None:
+    """Why `release` must not go onto this host, or None."""
+    blocked = blocked_components(matrix, release)
+    if blocked:
+        return "; ".join(blocked)
+    model = ref.gpu_model or (matrix.pools[ref.pool].gpu_model
+                              if ref.pool in matrix.pools else None)
+    if model:
+        problems = architecture_problems(release, model)
+        if problems:
+            return "; ".join(problems)
+    return None
+
+
+def pin_hosts(
+    backend: Backend,
+    history: History,
+    matrix: Matrix,
+    targets: Mapping[str, Release],
+    *,
+    now: Callable[[], datetime],
+    dry: bool = False,
+    kind: str = "apply",
+    reason: str | None = None,
+    actor: str | None = None,
+    on_progress: Callable[[str, str], None] | None = None,
+) -> list[HostApply]:
+    """Put each host of `targets` on its release; returns one `HostApply` per host."""
+    say = on_progress or (lambda host, what: None)
+    refs = {r.name: r for r in backend.hosts()}
+    results = {name: HostApply(name, refs[name].pool if name in refs else None, rel.name)
+               for name, rel in targets.items()}
+    by_release: dict[str, list[str]] = defaultdict(list)
+    for name, rel in targets.items():
+        res = results[name]
+        if name not in refs:
+            res.outcome, res.error = "refused", "not in the inventory"
+        elif (why := refusal(matrix, rel, refs[name])) is not None:
+            res.outcome, res.error = "refused", why
+        else:
+            by_release[rel.name].append(name)
+
+    to_change: dict[str, list[str]] = defaultdict(list)
+    for rel_name, names in by_release.items():
+        release = matrix.release(rel_name)
+        say(",".join(names), f"planning {rel_name}")
+        for name, planned in backend.plan(names, release).items():
+            res = results[name]
+            if not planned.ok or planned.value is None:
+                res.outcome = "unreachable" if not planned.reachable else "failed"
+                res.error = planned.error
+                continue
+            plan = planned.value
+            res.from_release = release_of(matrix.releases, plan.installed, plan.os_family)
+            res.changes, res.reboot_required = list(plan.changes), plan.reboot_required
+            if plan.changed:
+                res.outcome = "would_change"
+                to_change[rel_name].append(name)
+    if dry:
+        return [results[n] for n in targets]
+
+    for rel_name, names in to_change.items():
+        release = matrix.release(rel_name)
+        started = time.monotonic()
+        for name in names:
+            res = results[name]
+            record_event(history, f"{kind}.start", name,
+                         f"pinning {rel_name} (from {res.from_release or 'unknown'})",
+                         {"from_release": res.from_release, "to_release": rel_name,
+                          "reason": reason}, actor=actor, at=now())
+        say(",".join(names), f"pinning {rel_name}")
+        applied = backend.apply(names, release)
+        rebooting = []
+        for name in names:
+            res, out = results[name], applied[name]
+            if not out.ok:
+                res.outcome = "unreachable" if not out.reachable else "failed"
+                res.error = out.error
+            elif res.reboot_required:
+                rebooting.append(name)
+        if rebooting:
+            say(",".join(rebooting), "rebooting (kernel module changed)")
+            for name, out in backend.reboot(rebooting).items():
+                results[name].rebooted = out.ok
+                if not out.ok:
+                    results[name].outcome, results[name].error = "failed", out.error
+        verify = [n for n in names if results[n].outcome == "would_change"]
+        if verify:
+            say(",".join(verify), "verifying")
+            _verify(backend, history, matrix, release, [refs[n] for n in verify], results, now)
+        for name in names:
+            results[name].seconds = time.monotonic() - started
+
+    for name in targets:
+        res = results[name]
+        if res.outcome in ("would_change",):
+            res.outcome = "changed"
+        if res.outcome == "unchanged" and not res.error:
+            continue
+        record_event(history, f"{kind}.end", name,
+                     f"{res.outcome}: {res.from_release or 'unknown'} -> {res.to_release}"
+                     + (f" ({res.error})" if res.error else ""),
+                     {**res.as_dict(), "reason": reason}, actor=actor, at=now())
+    return [results[n] for n in targets]
+
+
+def _verify(backend: Backend, history: History, matrix: Matrix, release: Release,
+            refs: Sequence[HostRef], results: dict[str, HostApply],
+            now: Callable[[], datetime]) -> None:
+    """Probe after the pin: the host counts as moved only if nothing fails."""
+    probed = backend.probe([r.name for r in refs])
+    for ref in refs:
+        res, got = results[ref.name], probed[ref.name]
+        if not got.ok or got.value is None:
+            res.outcome, res.error = "failed", f"verification probe: {got.error}"
+            continue
+        facts = got.value
+        family = "rhel" if (facts.versions.packages and
+                            facts.versions.packages.manager == "rpm") else "debian"
+        expect = Expectations(release=release_expectation(release, family),
+                              gpu_count=ref.gpu_count, gpu_model=ref.gpu_model)
+        findings = run_checks(facts, expect, matrix.policy.thresholds)
+        res.findings = findings
+        record_snapshot(history, ref.name, facts, findings, taken_at=now(), pool=ref.pool,
+                        release=release.name)
+        failing = [f for f in findings if f.severity is Severity.FAIL]
+        if failing:
+            res.outcome = "failed"
+            res.error = "verification failed: " + "; ".join(f.message for f in failing[:3])
+
+
+def previous_known_good(history: History, matrix: Matrix, host: str,
+                        pool: str | None) -> tuple[Release | None, str]:
+    """The release a host ran before its last successful move, else the matrix's previous.
+
+    Returns the release (None when neither source has one) and where it came from.
+    """
+    # Only forward moves count: after a rollback B -> A, "previous" must stay A's predecessor,
+    # never the release just rolled back from.
+    for event in list_events(history, limit=200, kind="apply.end", subject=host):
+        data = event.data or {}
+        if data.get("outcome") == "changed" and data.get("from_release"):
+            name = str(data["from_release"])
+            try:
+                return matrix.release(name), "history"
+            except KeyError:
+                continue
+    if pool is not None:
+        prev = matrix.previous_for(pool)
+        if prev is not None:
+            return prev, "matrix"
+    return None, "none"

@@ -1,0 +1,175 @@
+"""`Backend` over SSH: pyinfra for facts, pins and reboots; one connection round per call.
+
+A pyinfra State cannot run twice, so each call connects, does its one thing and disconnects.
+Connecting 20 lab hosts costs about a second (spike figures), small next to an apt transaction.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from fleet.domain.facts import HostFacts
+from fleet.domain.matrix.models import Release
+from fleet.domain.pinning import PREFERENCES_PATH, UNATTENDED_PATH, PinPlan, plan_pin
+from fleet.domain.ports import HostRef, HostResult, Samples
+from fleet.remote import facts as F
+from fleet.remote.session import Connected, apply, connected, gather, load_inventory, select_hosts
+
+# Groups pyinfra (or the inventory file) adds that are not pools.
+_NOT_POOLS = frozenset({"all"})
+
+
+def _pool(host: Any, stem: str) -> str | None:
+    explicit = host.data.get("pool")
+    if explicit:
+        return str(explicit)
+    groups = sorted(g for g in (host.groups or []) if g not in _NOT_POOLS and g != stem)
+    return groups[0] if groups else None
+
+
+def _packages(release: Release, family: str) -> list[tuple[str, str, str]]:
+    fam = "rhel" if family == "rhel" else "debian"
+    return [(p.name, p.version, p.component) for p in release.packages(fam)]
+
+
+class SshBackend:
+    """The fleet as a pyinfra inventory describes it (the same file the `pyinfra` CLI takes)."""
+
+    def __init__(self, inventory_path: str | Path, limit: Sequence[str] | None = None, *,
+                 connect_timeout: int = 10, reboot_timeout: int = 300) -> None:
+        self.inventory_path = Path(inventory_path)
+        self.inventory = load_inventory(self.inventory_path)
+        self._hosts = {h.name: h for h in select_hosts(self.inventory, limit)}
+        self.connect_timeout = connect_timeout
+        self.reboot_timeout = reboot_timeout
+
+    def hosts(self) -> list[HostRef]:
+        stem = self.inventory_path.stem
+        refs = []
+        for h in self._hosts.values():
+            data = h.data.dict()
+            refs.append(HostRef(
+                name=h.name, pool=_pool(h, stem), gpu_model=data.get("gpu_model"),
+                gpu_count=data.get("gpu_count"), unit=data.get("unit"),
+                groups=tuple(sorted(h.groups or [])), data=data,
+            ))
+        return refs
+
+    def _connect(self, names: Sequence[str]) -> Any:
+        unknown = [n for n in names if n not in self._hosts]
+        if unknown:
+            raise KeyError(f"not in the inventory: {', '.join(unknown)}")
+        return connected(self.inventory, [self._hosts[n] for n in names],
+                         connect_timeout=self.connect_timeout)
+
+    @staticmethod
+    def _unreachable(conn: Connected) -> dict[str, HostResult[Any]]:
+        return {n: HostResult.unreachable(n, e) for n, e in conn.unreachable.items()}
+
+    def probe(self, hosts: Sequence[str], *, since: Mapping[str, str | None] | None = None,
+              frameworks: bool = False) -> dict[str, HostResult[HostFacts]]:
+        from fleet.remote.probe_fact import HostProbe
+
+        cursors = since or {}
+        with self._connect(hosts) as conn:
+            out: dict[str, HostResult[HostFacts]] = self._unreachable(conn)
+            raw = gather(conn, HostProbe, kwargs_for=lambda h: {
+                "since": cursors.get(h.name), "frameworks": frameworks})
+        for name, value in raw.items():
+            if isinstance(value, Exception):
+                out[name] = HostResult.failed(name, f"probe failed: {value}")
+                continue
+            try:
+                out[name] = HostResult(name, HostFacts.model_validate(value))
+            except ValidationError as exc:
+                out[name] = HostResult.failed(name, f"probe output invalid: {exc}")
+        return out
+
+    def _plans(self, conn: Connected, release: Release) -> dict[str, HostResult[PinPlan]]:
+        out: dict[str, HostResult[PinPlan]] = {}
+        families = gather(conn, F.OsFamily)
+        deb = [n for n, f in families.items() if f == "debian"]
+        rhel = [n for n, f in families.items() if f == "rhel"]
+        for name, fam in families.items():
+            if fam not in ("debian", "rhel"):
+                out[name] = HostResult.failed(name, f"unsupported OS family: {fam!r}")
+        if deb:
+            installed = gather(conn, F.DebNvidiaPackages)
+            held = gather(conn, F.AptHeldPackages)
+            files = gather(conn, F.FileContents, paths=[PREFERENCES_PATH, UNATTENDED_PATH])
+            for name in deb:
+                out[name] = self._plan_one(name, "debian", release, installed[name], held[name],
+                                           files[name])
+        if rhel:
+            installed = gather(conn, F.RpmNvidiaPackages)
+            locks = gather(conn, F.DnfVersionLocks)
+            for name in rhel:
+                out[name] = self._plan_one(name, "rhel", release, installed[name], locks[name], {})
+        return out
+
+    @staticmethod
+    def _plan_one(name: str, family: Any, release: Release, installed: Any, held: Any,
+                  files: Any) -> HostResult[PinPlan]:
+        for value in (installed, held, files):
+            if isinstance(value, Exception):
+                return HostResult.failed(name, f"could not read packages: {value}")
+        wanted = release.packages(family)
+        return HostResult(name, plan_pin(family, wanted, installed, held, files))
+
+    def plan(self, hosts: Sequence[str], release: Release) -> dict[str, HostResult[PinPlan]]:
+        with self._connect(hosts) as conn:
+            return {**self._unreachable(conn), **self._plans(conn, release)}
+
+    def apply(self, hosts: Sequence[str], release: Release) -> dict[str, HostResult[PinPlan]]:
+        from fleet.remote.operations import pin_release
+
+        start = time.monotonic()
+        with self._connect(hosts) as conn:
+            out = {**self._unreachable(conn), **self._plans(conn, release)}
+            families = gather(conn, F.OsFamily)
+            runnable = [n for n, r in out.items() if r.ok and r.value is not None]
+            if not runnable:
+                return out
+            conn.hosts = [h for h in conn.hosts if h.name in runnable]
+            done = apply(conn, pin_release, lambda h: {
+                "release": release.name, "packages": _packages(release, families[h.name])})
+        for name, outcome in done.items():
+            res = out[name]
+            res.seconds = time.monotonic() - start
+            res.changed = outcome.changed
+            if not outcome.ok:
+                res.ok, res.error = False, outcome.error or "apply failed"
+        return out
+
+    def reboot(self, hosts: Sequence[str]) -> dict[str, HostResult[None]]:
+        from pyinfra.operations import server
+
+        start = time.monotonic()
+        with self._connect(hosts) as conn:
+            out: dict[str, HostResult[None]] = self._unreachable(conn)
+            done = apply(conn, server.reboot, lambda h: {
+                "delay": 2, "interval": 1, "reboot_timeout": self.reboot_timeout})
+        for name, outcome in done.items():
+            if name in out:
+                continue
+            res: HostResult[None] = HostResult(name, None, changed=True,
+                                               seconds=time.monotonic() - start)
+            if not outcome.ok:
+                res.ok, res.error = False, outcome.error or "reboot failed"
+            out[name] = res
+        return out
+
+    def benchmark(self, hosts: Sequence[str], suite: str,
+                  params: Mapping[str, Any] | None = None) -> dict[str, HostResult[Samples]]:
+        from fleet.remote.bench import run_benchmarks  # written with the benchmark suite
+
+        with self._connect(hosts) as conn:
+            return {**self._unreachable(conn), **run_benchmarks(conn, suite, params or {})}
+
+    def close(self) -> None:
+        """Nothing held between calls: each call connects and disconnects."""

@@ -1,0 +1,179 @@
+"""`pin_hosts` decisions on an in-memory backend: refusals, dry runs, reboots, verification,
+rollback targets from the history. The SSH side is tested on the lab (tests/integration/lab)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fleet.domain.facts import HostFacts
+from fleet.domain.matrix.loader import load_matrix
+from fleet.domain.matrix.models import Matrix, Release
+from fleet.domain.pinning import PinPlan, plan_pin
+from fleet.domain.ports import HostRef, HostResult, Samples
+from fleet.history import list_events, open_history
+from fleet.jobs.apply import pin_hosts, previous_known_good
+
+ROOT = Path(__file__).resolve().parents[3]
+NOW = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
+
+
+class MemoryBackend:
+    """Hosts as package dictionaries; apply runs the real planner. Just enough for the job."""
+
+    def __init__(self, refs: list[HostRef], installed: dict[str, dict[str, str]]) -> None:
+        self.refs, self.installed = refs, installed
+        self.held: dict[str, set[str]] = {r.name: set() for r in refs}
+        self.files: dict[str, dict[str, str | None]] = {r.name: {} for r in refs}
+        self.loaded: dict[str, str | None] = {}  # kernel module version per host
+        self.down: set[str] = set()
+        self.fail_apply: set[str] = set()
+        self.rebooted: list[str] = []
+
+    def hosts(self) -> list[HostRef]:
+        return self.refs
+
+    def _plan(self, name: str, release: Release) -> PinPlan:
+        return plan_pin("debian", release.packages("debian"), self.installed[name],
+                        self.held[name], self.files[name])
+
+    def plan(self, hosts: Sequence[str], release: Release) -> dict[str, HostResult[PinPlan]]:
+        return {h: HostResult.unreachable(h, "no route") if h in self.down
+                else HostResult(h, self._plan(h, release)) for h in hosts}
+
+    def apply(self, hosts: Sequence[str], release: Release) -> dict[str, HostResult[PinPlan]]:
+        out = self.plan(hosts, release)
+        for h in hosts:
+            if h in self.down:
+                continue
+            if h in self.fail_apply:
+                out[h] = HostResult.failed(h, "E: broken package")
+                continue
+            plan = out[h].value
+            assert plan is not None
+            for c in plan.changes:
+                if c.after is None:
+                    self.installed[h].pop(c.package, None)
+                else:
+                    self.installed[h][c.package] = f"{c.after}-1"
+            self.held[h] = {p.name for p in release.packages("debian")}
+            for step in plan.steps:
+                if step.path is not None:
+                    self.files[h][step.path] = step.content
+            out[h].changed = plan.changed
+        return out
+
+    def reboot(self, hosts: Sequence[str]) -> dict[str, HostResult[None]]:
+        self.rebooted += hosts
+        return {h: HostResult(h, None, changed=True) for h in hosts}
+
+    def probe(self, hosts: Sequence[str]) -> dict[str, HostResult[HostFacts]]:
+        out = {}
+        for h in hosts:
+            driver = next((v.rsplit("-", 1)[0] for p, v in self.installed[h].items()
+                           if p.startswith("nvidia-driver")), None)
+            facts = HostFacts.model_validate({
+                "source": "nvml",
+                "versions": {"driver_library": driver, "driver_kernel_module": driver,
+                             "packages": {"manager": "dpkg", "items": [
+                                 {"name": p, "version": v, "held": p in self.held[h]}
+                                 for p, v in self.installed[h].items()]}},
+            })
+            out[h] = HostResult(h, facts)
+        return out
+
+    def benchmark(self, hosts: Sequence[str], suite: str,
+                  params: Mapping[str, Any] | None = None) -> dict[str, HostResult[Samples]]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def matrix() -> Matrix:
+    return load_matrix(ROOT / "matrices" / "example.yaml").matrix
+
+
+def on(release: Release) -> dict[str, str]:
+    return {p.name: f"{p.version}-1" for p in release.packages("debian")}
+
+
+def setup(matrix: Matrix, n: int = 3) -> tuple[MemoryBackend, Release, Release]:
+    pool = next(p for p, s in matrix.pools.items() if not s.canary)
+    golden = matrix.golden_for(pool)
+    other = next(r for r in matrix.allowed_releases() if r.name != golden.name)
+    refs = [HostRef(f"h{i}", pool=pool) for i in range(n)]
+    return MemoryBackend(refs, {r.name: on(golden) for r in refs}), golden, other
+
+
+def test_dry_run_reports_and_touches_nothing(matrix: Matrix, tmp_path: Path) -> None:
+    backend, golden, other = setup(matrix)
+    with open_history(str(tmp_path / "h.db")) as h:
+        results = pin_hosts(backend, h, matrix, {r.name: other for r in backend.refs},
+                            now=lambda: NOW, dry=True)
+        assert list_events(h) == []
+    assert {r.outcome for r in results} == {"would_change"}
+    assert all(r.from_release == golden.name for r in results)
+    assert backend.installed["h0"] == on(golden)
+
+
+def test_apply_moves_reboots_verifies_and_second_run_is_noop(matrix: Matrix,
+                                                             tmp_path: Path) -> None:
+    backend, golden, other = setup(matrix)
+    targets = {r.name: other for r in backend.refs}
+    with open_history(str(tmp_path / "h.db")) as h:
+        first = pin_hosts(backend, h, matrix, targets, now=lambda: NOW)
+        assert [r.outcome for r in first] == ["changed"] * 3, [r.error for r in first]
+        assert sorted(backend.rebooted) == ["h0", "h1", "h2"]
+        second = pin_hosts(backend, h, matrix, targets, now=lambda: NOW)
+        assert [r.outcome for r in second] == ["unchanged"] * 3
+        kinds = [e.kind for e in list_events(h)]
+        assert kinds.count("apply.start") == 3 and kinds.count("apply.end") == 3
+        prev, source = previous_known_good(h, matrix, "h0", backend.refs[0].pool)
+        assert (prev.name if prev else None, source) == (golden.name, "history")
+
+
+def test_unreachable_and_failed_hosts_do_not_stop_the_rest(matrix: Matrix,
+                                                           tmp_path: Path) -> None:
+    backend, golden, other = setup(matrix)
+    backend.down.add("h1")
+    backend.fail_apply.add("h2")
+    with open_history(str(tmp_path / "h.db")) as h:
+        results = {r.host: r for r in pin_hosts(backend, h, matrix,
+                                                 {r.name: other for r in backend.refs},
+                                                 now=lambda: NOW)}
+    assert results["h0"].outcome == "changed"
+    assert results["h1"].outcome == "unreachable"
+    assert (results["h2"].outcome, results["h2"].error) == ("failed", "E: broken package")
+    assert backend.installed["h2"] == on(golden)  # still on its previous release
+
+
+def test_blocked_release_is_refused(matrix: Matrix, tmp_path: Path) -> None:
+    from fleet.domain.matrix.models import BlockedVersion
+
+    backend, golden, other = setup(matrix)
+    block = BlockedVersion(version=other.driver.version, reason="Xid 79 under load")
+    blocked = matrix.model_copy(update={"policy": matrix.policy.model_copy(
+        update={"blocked": [*matrix.policy.blocked, block]})})
+    with open_history(str(tmp_path / "h.db")) as h:
+        results = pin_hosts(backend, h, blocked, {"h0": other, "h1": golden}, now=lambda: NOW)
+    assert results[0].outcome == "refused" and "Xid 79 under load" in (results[0].error or "")
+    assert results[1].outcome == "changed"  # pinned and held; the refusal is per host
+    assert backend.installed["h0"] == on(golden)
+
+
+def test_gpu_architecture_is_refused(matrix: Matrix, tmp_path: Path) -> None:
+    backend, golden, _ = setup(matrix)
+    r580 = next(r for r in matrix.releases if r.branch == "580")
+    newer = r580.model_copy(update={"name": "r999", "driver": r580.driver.model_copy(
+        update={"version": "999.1.2"})})
+    backend.refs[1] = HostRef("h1", pool=backend.refs[1].pool, gpu_model="V100")
+    with open_history(str(tmp_path / "h.db")) as h:
+        results = pin_hosts(backend, h, matrix, {"h1": newer}, now=lambda: NOW)
+    assert results[0].outcome == "refused"
+    assert "last branch supporting V100" in (results[0].error or "")
