@@ -12,6 +12,8 @@ GROUPS: tuple[tuple[str, str], ...] = (
     ("history", "history_cmd"),
     ("facts", "facts_cmd"),
     ("logs", "logs_cmd"),
+    ("lab", "lab_cmd"),
+    ("bench", "bench_cmd"),
 )
 
 

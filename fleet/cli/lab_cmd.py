@@ -1,0 +1,167 @@
+"""`fleet lab ...`: real sshd hosts in namespaces with fake NVIDIA packages (root only)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from fleet.cli.output import console, emit_json
+from fleet.errors import BadInput
+from fleet.lab import faults as F
+from fleet.lab import lab
+from fleet.lab.paths import LabPaths
+from fleet.lab.perf import parse_perf
+
+app = typer.Typer(
+    help="The lab: real sshd hosts (namespaces, overlayfs) with fake NVIDIA packages, a fake NVML "
+    "and injectable faults, for rehearsals and integration tests. Root only.",
+    no_args_is_help=True,
+)
+
+
+@app.command("up")
+def up_cmd(
+    hosts: Annotated[
+        int, typer.Option("--hosts", "-n", min=1, max=200, help="Number of hosts.")
+    ] = 8,
+    matrix: Annotated[
+        Path, typer.Option("--matrix", help="Matrix whose releases fill the apt repository.")
+    ] = Path("matrices/example.yaml"),
+    release: Annotated[
+        str | None,
+        typer.Option(
+            "--release",
+            help="Release installed at start (default: the matrix golden; 'none' for no driver).",
+        ),
+    ] = None,
+    mode: Annotated[
+        str,
+        typer.Option(
+            "--mode", help="netns (own bridge fleetbr0, 10.77.0.0/24) or loopback (127.0.1.x)."
+        ),
+    ] = "netns",
+    perf: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--perf", help="RELEASE=FACTOR[:NOISE] speed of a release (repeatable), e.g. r570=0.75."
+        ),
+    ] = None,
+    model_server: Annotated[
+        bool,
+        typer.Option(
+            "--model-server/--no-model-server", help="Run the HTTP model server on every host."
+        ),
+    ] = True,
+) -> None:
+    """Build (cached) and start the lab; writes the state read by inventories/lab.py."""
+    if mode not in ("netns", "loopback"):
+        raise BadInput.single(f"--mode must be netns or loopback, not {mode!r}")
+    if not matrix.is_file():
+        raise BadInput.single("no such file", file=str(matrix), field="--matrix")
+    cfg = lab.UpConfig(
+        hosts=hosts,
+        matrix=matrix,
+        release=release,
+        mode=mode,  # type: ignore[arg-type]
+        perf=parse_perf(perf or []),
+        model_server=model_server,
+    )
+    paths = LabPaths.from_env()
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    ) as bar:
+        task = bar.add_task("lab up", total=6)
+
+        def report(msg: str, done: int, total: int) -> None:
+            bar.update(task, description=msg, completed=done, total=total)
+
+        state = lab.up(paths, cfg, report)
+    console.print(
+        f"[green]lab up[/green]: {len(state.hosts)} hosts ({state.mode}), release "
+        f"{state.release or 'none'}; inventory: inventories/lab.py "
+        f"(FLEET_LAB_DIR={paths.run})"
+    )
+
+
+@app.command("down")
+def down_cmd() -> None:
+    """Stop every host and remove mounts, namespaces, bridge and processes (safe twice)."""
+    from fleet.lab.sysutil import require_root
+
+    require_root("`fleet lab down`")
+    left = lab.down(LabPaths.from_env())
+    if left:
+        from fleet.errors import CouldNotComplete
+
+        raise CouldNotComplete("teardown left: " + ", ".join(left))
+    console.print("lab down: nothing left")
+
+
+@app.command("status")
+def status_cmd(
+    json_: Annotated[bool, typer.Option("--json", help="JSON on stdout.")] = False,
+) -> None:
+    """Hosts, their boot, loaded and pending driver module, packages and injected faults."""
+    st = lab.status(LabPaths.from_env())
+    if json_:
+        emit_json(st)
+        return
+    t = Table(title=f"lab ({st['mode']}, {'up' if st['up'] else 'DOWN'})")
+    for col in ("host", "address", "pool", "gpus", "ssh", "module", "pending", "faults"):
+        t.add_column(col)
+    for h in st["hosts"]:
+        t.add_row(
+            h["name"],
+            h["address"],
+            h["pool"],
+            f"{h['gpu_count']}x{h['gpu_model']}",
+            "yes" if h["ssh"] else "no",
+            h["module_loaded"] or "-",
+            h["module_pending"] or "-",
+            ",".join(h["faults"]) or "-",
+        )
+    console.print(t)
+
+
+@app.command("inject")
+def inject_cmd(
+    host: Annotated[str, typer.Argument(help="Host name (h1) or address.")],
+    faults: Annotated[
+        list[str], typer.Argument(help="Faults: " + ", ".join(F.FAULTS) + ", or KEY=VALUE.")
+    ],
+) -> None:
+    """Inject faults into a host (NVML state, kernel log, sysfs, network, packages)."""
+    done = lab.inject(LabPaths.from_env(), host, faults)
+    console.print(f"{host}: injected " + ", ".join(f.name for f in done))
+
+
+@app.command("faults")
+def faults_cmd() -> None:
+    """List the faults `inject` knows."""
+    for name, (params, text) in F.FAULTS.items():
+        p = ",".join(f"{k}={v}" for k, v in params.items())
+        console.print(f"{name}{':' + p if p else ''}  {text}", soft_wrap=True)
+
+
+@app.command("reset")
+def reset_cmd(host: Annotated[str, typer.Argument(help="Host name.")]) -> None:
+    """Clear every injected fault on a host (GPU state, sysfs, flags, link)."""
+    lab.reset(LabPaths.from_env(), host)
+    console.print(f"{host}: reset")
+
+
+@app.command("reboot")
+def reboot_cmd(host: Annotated[str, typer.Argument(help="Host name.")]) -> None:
+    """Power-cycle a host and wait until sshd answers again."""
+    info = lab.reboot(LabPaths.from_env(), host)
+    console.print(
+        f"{host}: booted, boot id {info.get('boot_id')}, module {info.get('module') or 'none'}"
+    )

@@ -1,0 +1,438 @@
+"""Lab orchestration: up, down, status, inject, reset, reboot. State lives in `RUN/lab.json`."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from fleet.errors import BadInput, CouldNotComplete
+from fleet.lab import faults as F
+from fleet.lab import hosts as H
+from fleet.lab import nvml_build, repo
+from fleet.lab.base import BaseRecipe, ensure_base
+from fleet.lab.model import BRIDGE, BRIDGE_ADDR, REPO_PORT, LabState, Mode, plan_hosts
+from fleet.lab.paths import LabPaths
+from fleet.lab.sysutil import (
+    atomic_write,
+    mounts_under,
+    require_root,
+    require_tools,
+    run,
+    umount_all,
+)
+
+Progress = Callable[[str, int, int], None]  # message, done, total
+
+
+def _quiet(msg: str, done: int, total: int) -> None:
+    pass
+
+
+@dataclass
+class UpConfig:
+    hosts: int = 8
+    matrix: Path = Path("matrices/example.yaml")
+    release: str | None = None  # None: the matrix golden; "none": no driver installed
+    mode: Mode = "netns"
+    perf: dict[str, repo.Perf] = field(default_factory=dict)
+    model_server: bool = True
+    timeout: float = 60.0
+
+
+def load_releases(path: Path) -> tuple[list[Any], str]:
+    """The matrix's releases and its golden (default) release name."""
+    from fleet.domain.matrix.loader import load_matrix
+
+    matrix = load_matrix(path).matrix
+    return list(matrix.releases), matrix.policy.golden.default
+
+
+def is_up(paths: LabPaths) -> bool:
+    return paths.state_file.exists() and _daemon_pid(paths) is not None
+
+
+def _daemon_pid(paths: LabPaths) -> int | None:
+    try:
+        pid = int(paths.daemon_pid.read_text())
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (FileNotFoundError, ValueError, ProcessLookupError):
+        return None
+    return pid if b"fleet.lab.daemon" in cmd else None
+
+
+def up(paths: LabPaths, cfg: UpConfig, progress: Progress = _quiet) -> LabState:
+    require_root("`fleet lab up`")
+    require_tools()
+    if is_up(paths):
+        raise BadInput.single(f"a lab is already up in {paths.run}; run `fleet lab down` first")
+    if paths.run.exists():
+        down(paths)  # leftovers of a crashed lab
+    releases, golden = load_releases(cfg.matrix)
+    names = [r.name for r in releases]
+    unknown = [n for n in cfg.perf if n not in names]
+    if unknown:
+        raise BadInput.single(
+            f"--perf names unknown releases {unknown}; the matrix has {names}", file=str(cfg.matrix)
+        )
+    release = golden if cfg.release is None else cfg.release
+    if release != "none" and release not in names:
+        raise BadInput.single(
+            f"no release {release!r} in the matrix (has: {', '.join(names)})",
+            file=str(cfg.matrix),
+            field="--release",
+        )
+    if cfg.mode == "netns":
+        H.check_subnet()
+    hosts = plan_hosts(cfg.hosts, cfg.mode)
+    steps = 6
+    t0 = time.monotonic()
+    try:
+        progress("base rootfs", 0, steps)
+        recipe = BaseRecipe()
+        base = ensure_base(paths, recipe, progress=lambda m: progress(m, 0, steps))
+        for d in (paths.run, paths.ssh, paths.logs):
+            d.mkdir(parents=True, exist_ok=True)
+        progress("fake NVML and apt repository", 1, steps)
+        lib = nvml_build.build(paths.cache / "nvml")
+        pkgs = repo.plan_packages(releases, cfg.perf, lib.read_bytes())
+        repo.build_repo(pkgs, paths.repo)
+        addr = BRIDGE_ADDR if cfg.mode == "netns" else "127.0.0.1"
+        repo_url = f"http://{addr}:{REPO_PORT}/"
+        if not paths.client_key.exists():
+            run(
+                [
+                    "ssh-keygen",
+                    "-q",
+                    "-t",
+                    "ed25519",
+                    "-N",
+                    "",
+                    "-C",
+                    "fleet-lab-controller",
+                    "-f",
+                    paths.client_key,
+                ]
+            )
+        progress(f"lab layer (release {release})", 2, steps)
+        H.write_layer(paths, base, repo_url)
+        _install_release(paths, base, pkgs, release, releases)
+        atomic_write(paths.host_init, H.HOST_INIT, 0o755)
+        progress(f"network ({cfg.mode})", 3, steps)
+        if cfg.mode == "netns":
+            H.setup_bridge()
+            for h in hosts:
+                H.setup_host_net(h)
+        progress(f"{len(hosts)} hosts", 4, steps)
+        with ThreadPoolExecutor(max_workers=8) as ex:
+            lines = list(ex.map(lambda h: H.create_host(paths, h, base), hosts))
+        atomic_write(paths.known_hosts, "".join(lines))
+        state = LabState(
+            mode=cfg.mode,
+            hosts=hosts,
+            repo_url=repo_url,
+            matrix=str(cfg.matrix),
+            release=None if release == "none" else release,
+            run_dir=str(paths.run),
+            base_key=recipe.key(),
+            created=datetime.now(UTC).isoformat(),
+            perf={k: {"factor": v.factor, "noise": v.noise} for k, v in cfg.perf.items()},
+        )
+        atomic_write(paths.state_file, state.to_json())
+        _start_daemon(paths, cfg.model_server)
+        progress("waiting for sshd on every host", 5, steps)
+        _wait_ssh(
+            state,
+            cfg.timeout,
+            lambda n: progress(f"sshd answering on {n}/{len(hosts)} hosts", 5, steps),
+        )
+    except BaseException:
+        down(paths)
+        raise
+    progress(f"lab up: {len(hosts)} hosts in {time.monotonic() - t0:.1f} s", steps, steps)
+    return state
+
+
+def _install_release(
+    paths: LabPaths, base: Path, pkgs: list[repo.FakePackage], release: str, releases: list[Any]
+) -> None:
+    """Pre-install the initial release into the shared layer once (dpkg in a chroot)."""
+    if release == "none":
+        return
+    rel = next(r for r in releases if r.name == release)
+    wanted = [(s.name, repo.apt_version(s.version)) for s in rel.packages("debian")]
+    debs = [
+        paths.repo / p.deb_name for n, v in wanted for p in pkgs if (p.name, p.version) == (n, v)
+    ]
+    build = paths.run / "layer-build"
+    work = paths.run / "layer-work"
+    build.mkdir(exist_ok=True)
+    work.mkdir(exist_ok=True)
+    run(
+        [
+            "mount",
+            "-t",
+            "overlay",
+            "overlay",
+            "-o",
+            f"lowerdir={base},upperdir={paths.layer},workdir={work}",
+            build,
+        ]
+    )
+    try:
+        tmp = build / "tmp/fleet-lab-debs"
+        tmp.mkdir(parents=True, exist_ok=True)
+        for d in debs:
+            shutil.copy(d, tmp / d.name)
+        run(["chroot", build, "dpkg", "-i", *[f"/tmp/fleet-lab-debs/{d.name}" for d in debs]])
+        shutil.rmtree(tmp)
+    finally:
+        run(["umount", build], check=False)
+        shutil.rmtree(work, ignore_errors=True)
+        build.rmdir()
+
+
+def _start_daemon(paths: LabPaths, model_server: bool) -> None:
+    env = {
+        **os.environ,
+        "FLEET_LAB_CACHE": str(paths.cache),
+        "FLEET_LAB_MODEL_SERVER": "1" if model_server else "0",
+    }
+    log = open(paths.logs / "daemon.log", "ab")  # noqa: SIM115
+    subprocess.Popen(
+        [sys.executable, "-m", "fleet.lab.daemon", str(paths.run)],
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        env=env,
+        cwd="/",
+    )
+    log.close()
+    deadline = time.monotonic() + 15
+    while not (paths.run / "daemon.ready").exists():
+        if time.monotonic() > deadline:
+            raise CouldNotComplete(f"the lab daemon did not start; see {paths.logs / 'daemon.log'}")
+        time.sleep(0.05)
+
+
+def ssh_banner(address: str, port: int = 22, timeout: float = 1.0) -> bool:
+    try:
+        with socket.create_connection((address, port), timeout=timeout) as s:
+            s.settimeout(timeout)
+            return s.recv(8).startswith(b"SSH-")
+    except OSError:
+        return False
+
+
+def _wait_ssh(state: LabState, timeout: float, report: Callable[[int], None]) -> None:
+    pending = {h.name: h for h in state.hosts}
+    deadline = time.monotonic() + timeout
+    while pending:
+        with ThreadPoolExecutor(max_workers=16) as ex:
+            ok = dict(
+                zip(
+                    pending,
+                    ex.map(lambda h: ssh_banner(h.address, h.port), pending.values()),
+                    strict=True,
+                )
+            )
+        for n, good in ok.items():
+            if good:
+                del pending[n]
+        report(len(state.hosts) - len(pending))
+        if pending and time.monotonic() > deadline:
+            raise CouldNotComplete(f"hosts did not come up in {timeout:.0f} s: {sorted(pending)}")
+        if pending:
+            time.sleep(0.1)
+
+
+# ------------------------------------------------------------------------------------ down
+def _ours(pid: int, run_dir: Path) -> bool:
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        root = os.readlink(f"/proc/{pid}/root")
+    except OSError:
+        return False
+    return str(run_dir).encode() in cmd or root.startswith(str(run_dir) + "/")
+
+
+def _lab_processes(run_dir: Path) -> list[int]:
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit() and int(d) != os.getpid() and _ours(int(d), run_dir):
+            out.append(int(d))
+    return out
+
+
+def down(paths: LabPaths) -> list[str]:
+    """Stop everything and remove it; returns what is left (empty when clean). Safe twice."""
+    state = None
+    with contextlib.suppress(FileNotFoundError, ValueError, TypeError, KeyError):
+        state = LabState.load(paths.state_file)
+    pid = _daemon_pid(paths)
+    if pid is not None:
+        os.kill(pid, signal.SIGTERM)
+        for _ in range(150):
+            if _daemon_pid(paths) is None:
+                break
+            time.sleep(0.1)
+        else:
+            os.kill(pid, signal.SIGKILL)
+    if paths.run.exists():
+        for _ in range(3):  # host processes whose root or command line is inside the run dir
+            procs = _lab_processes(paths.run)
+            if not procs:
+                break
+            for p in procs:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p, signal.SIGKILL)
+            time.sleep(0.2)
+        umount_all(paths.run)
+    H.teardown_net(state)
+    left = leftovers(paths)
+    if not left and paths.run.exists():
+        shutil.rmtree(paths.run, ignore_errors=True)
+    return left
+
+
+def leftovers(paths: LabPaths) -> list[str]:
+    left = [f"mount {m}" for m in mounts_under(paths.run)] if paths.run.exists() else []
+    if paths.run.exists():
+        left += [f"process {p}" for p in _lab_processes(paths.run)]
+    cp = run(["ip", "netns", "list"], check=False)
+    left += [
+        f"netns {ln.split()[0]}"
+        for ln in cp.stdout.decode().splitlines()
+        if ln.startswith("fleet-h")
+    ]
+    left += [f"link {name}" for name in H.lab_links()]
+    if run(["ip", "link", "show", BRIDGE], check=False).returncode == 0:
+        left.append(f"bridge {BRIDGE}")
+    return left
+
+
+# ------------------------------------------------------------------------------------ status etc.
+def load_state(paths: LabPaths) -> LabState:
+    if not paths.state_file.exists():
+        raise BadInput.single(f"no lab is up (no {paths.state_file}); run `fleet lab up`")
+    return LabState.load(paths.state_file)
+
+
+def installed_packages(root: Path) -> dict[str, str]:
+    """nvidia/cuda/companion packages installed in a host, from its dpkg status file."""
+    out: dict[str, str] = {}
+    try:
+        text = (root / "var/lib/dpkg/status").read_text()
+    except FileNotFoundError:
+        return out
+    for block in text.split("\n\n"):
+        f = dict(
+            ln.split(": ", 1) for ln in block.splitlines() if ": " in ln and not ln.startswith(" ")
+        )
+        if f.get("Maintainer", "").startswith("fleet lab") and f.get("Status", "").endswith(
+            " installed"
+        ):
+            out[f["Package"]] = f["Version"]
+    return out
+
+
+def status(paths: LabPaths) -> dict[str, Any]:
+    state = load_state(paths)
+    daemon = _daemon_pid(paths)
+    hosts = []
+    for h in state.hosts:
+        info = H.boot_info(paths, h.name)
+        root = paths.host_root(h.name)
+        hosts.append(
+            {
+                "name": h.name,
+                "address": h.address,
+                "pool": h.pool,
+                "gpu_model": h.gpu_model,
+                "gpu_count": h.gpu_count,
+                "unit": h.unit,
+                "ssh": ssh_banner(h.address, h.port, 0.5) if daemon else False,
+                "boot_id": info.get("boot_id"),
+                "module_loaded": info.get("module"),
+                "module_pending": (root / H.PENDING).read_text().strip()
+                if (root / H.PENDING).exists()
+                else None,
+                "packages": installed_packages(root),
+                "faults": sorted(H.read_flags(paths, h.name)),
+            }
+        )
+    return {
+        "up": daemon is not None,
+        "mode": state.mode,
+        "run_dir": state.run_dir,
+        "repo_url": state.repo_url,
+        "matrix": state.matrix,
+        "release": state.release,
+        "known_hosts": str(paths.known_hosts),
+        "ssh_key": str(paths.client_key),
+        "hosts": hosts,
+    }
+
+
+def _host(state: LabState, name: str) -> Any:
+    try:
+        return state.host(name)
+    except KeyError:
+        raise BadInput.single(
+            f"no lab host {name!r}; hosts: {', '.join(h.name for h in state.hosts)}"
+        ) from None
+
+
+def inject(paths: LabPaths, host: str, specs: list[str]) -> list[F.Fault]:
+    require_root("`fleet lab inject`")
+    state = load_state(paths)
+    h = _host(state, host)
+    if not specs:
+        raise BadInput.single("name at least one fault: " + ", ".join(F.FAULTS))
+    faults = F.parse(specs, h.gpu_count)
+    eff = F.Effects()
+    for f in faults:
+        eff.merge(F.effects(f, h))
+    H.apply_effects(paths, h, eff)
+    return faults
+
+
+def reset(paths: LabPaths, host: str) -> None:
+    require_root("`fleet lab reset`")
+    state = load_state(paths)
+    H.reset_host(paths, _host(state, host))
+
+
+def reboot(paths: LabPaths, host: str, wait: bool = True, timeout: float = 30) -> dict[str, object]:
+    """Power-cycle a host (SIGKILL its namespace); the daemon boots it again."""
+    require_root("`fleet lab reboot`")
+    state = load_state(paths)
+    h = _host(state, host)
+    before = H.boot_info(paths, h.name).get("boot_id")
+    try:
+        upid = int((paths.host_dir(h.name) / "pid").read_text())
+        if _ours(upid, paths.run):
+            os.kill(upid, signal.SIGKILL)
+    except (FileNotFoundError, ValueError, ProcessLookupError):
+        pass
+    if not wait:
+        return {}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        info = H.boot_info(paths, h.name)
+        if info.get("boot_id") != before and ssh_banner(h.address, h.port, 0.5):
+            return info
+        time.sleep(0.1)
+    raise CouldNotComplete(f"{h.name} did not come back within {timeout:.0f} s")

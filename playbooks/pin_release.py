@@ -1,0 +1,28 @@
+"""Pin a matrix release onto hosts with the plain pyinfra CLI.
+
+    pyinfra inventories/lab.py playbooks/pin_release.py \
+        --data matrix=matrices/example.yaml --data release=r570-cuda12.8
+
+Without `release`, each host gets its pool's golden release (`pool` host data). `fleet apply` runs
+the same operation through pyinfra's Python API and adds refusals, verification and history.
+Run from the project root, or with the package installed, so `fleet` imports.
+"""
+
+from pyinfra import host
+from pyinfra.operations import server
+
+from fleet.domain.matrix.loader import load_matrix
+from fleet.remote.facts import OsFamily
+from fleet.remote.operations import current_plan, pin_release
+
+_matrix = load_matrix(host.data.get("matrix") or "matrices/example.yaml").matrix
+_name = host.data.get("release") or _matrix.golden_name(host.data.get("pool") or "")
+_release = _matrix.release(_name)
+_family = "rhel" if host.get_fact(OsFamily) == "rhel" else "debian"
+_packages = [(p.name, p.version, p.component) for p in _release.packages(_family)]
+
+_reboot = current_plan(_packages).reboot_required
+pin_release(name=f"Pin release {_release.name}", release=_release.name, packages=_packages)
+if _reboot:
+    server.reboot(name="Reboot: the kernel module changed", delay=2, interval=1,
+                  reboot_timeout=300)

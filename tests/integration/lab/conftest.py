@@ -1,0 +1,150 @@
+"""A small lab (3 hosts, netns) for the whole session, torn down at the end even on failure."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import paramiko
+import pytest
+
+from fleet.lab import lab
+from fleet.lab.paths import LabPaths
+from fleet.lab.repo import Perf
+from fleet.lab.sysutil import missing_tools
+
+ROOT = Path(__file__).resolve().parents[3]
+RUN_DIR = Path(os.environ.get("FLEET_LAB_TEST_DIR", "/run/fleet-lab-test"))
+
+
+def _skip_reason() -> str | None:
+    if os.geteuid() != 0:
+        return "the lab needs root (CI runs it as root: bash scripts/test)"
+    missing = missing_tools()
+    if missing:
+        return "the lab needs Debian packages: " + " ".join(missing)
+    if shutil.which("ip") and os.system("ip link show fleetbr0 >/dev/null 2>&1") == 0:
+        return "another lab is up (bridge fleetbr0 exists): `fleet lab down` first"
+    return None
+
+
+class Host:
+    """One lab host over SSH with strict host-key checking (paramiko, RejectPolicy)."""
+
+    def __init__(self, paths: LabPaths, spec) -> None:  # noqa: ANN001
+        self.paths, self.spec, self.name = paths, spec, spec.name
+        self._client: paramiko.SSHClient | None = None
+
+    def client(self) -> paramiko.SSHClient:
+        if (
+            self._client is None
+            or not self._client.get_transport()
+            or not self._client.get_transport().is_active()
+        ):  # type: ignore[union-attr]
+            c = paramiko.SSHClient()
+            c.load_host_keys(str(self.paths.known_hosts))
+            c.set_missing_host_key_policy(paramiko.RejectPolicy())
+            c.connect(
+                self.spec.address,
+                port=self.spec.port,
+                username="root",
+                key_filename=str(self.paths.client_key),
+                timeout=5,
+                allow_agent=False,
+                look_for_keys=False,
+            )
+            self._client = c
+        return self._client
+
+    def sh(self, cmd: str, check: bool = True, timeout: float = 60) -> tuple[int, str, str]:
+        _, out, err = self.client().exec_command(cmd, timeout=timeout)
+        o, e = out.read().decode(), err.read().decode()
+        # never recv_exit_status(): it waits forever when the host reboots before sending it
+        if not out.channel.status_event.wait(timeout):
+            raise AssertionError(f"{self.name}: `{cmd}` gave no exit status in {timeout} s")
+        rc = out.channel.exit_status
+        if check and rc != 0:
+            raise AssertionError(f"{self.name}: `{cmd}` exited {rc}: {e[-2000:]}{o[-2000:]}")
+        return rc, o, e
+
+    def py(self, code: str) -> object:
+        """Run python3 on the host (plain pynvml available) and parse its last stdout line."""
+        _, o, _ = self.sh("python3 - <<'EOF'\n" + textwrap.dedent(code) + "\nEOF\n")
+        return json.loads(o.strip().splitlines()[-1])
+
+    def nvml(self) -> dict:
+        return self.py("""
+            import json, pynvml as n
+            try:
+                n.nvmlInit()
+            except n.NVMLError as e:
+                print(json.dumps({"error": type(e).__name__})); raise SystemExit
+            print(json.dumps({"driver": n.nvmlSystemGetDriverVersion(),
+                              "count": n.nvmlDeviceGetCount()}))
+        """)  # type: ignore[return-value]
+
+    def boot_id(self) -> str:
+        return self.sh("cat /proc/sys/kernel/random/boot_id")[1].strip()
+
+    def reboot_and_wait(self, timeout: float = 30) -> str:
+        before = self.boot_id()
+        try:
+            self.sh("( sleep 1 && reboot ) </dev/null >/dev/null 2>&1 &", timeout=5)
+        finally:
+            self.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            time.sleep(0.3)
+            try:
+                now = self.boot_id()
+            except Exception:  # noqa: BLE001 - down while rebooting
+                self.close()
+                continue
+            if now != before:
+                return now
+        raise AssertionError(f"{self.name} did not reboot in {timeout} s")
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+
+@pytest.fixture(scope="session")
+def lab_paths() -> Iterator[LabPaths]:
+    reason = _skip_reason()
+    if reason:
+        pytest.skip(reason)
+    paths = LabPaths(cache=LabPaths.from_env().cache, run=RUN_DIR)
+    lab.down(paths)
+    try:
+        lab.up(
+            paths,
+            lab.UpConfig(
+                hosts=3,
+                matrix=ROOT / "matrices" / "example.yaml",
+                perf={"r550-cuda12.4": Perf(0.75, 0.01)},
+            ),
+        )
+        yield paths
+    finally:
+        left = lab.down(paths)
+        assert not left, f"teardown left {left}"
+
+
+@pytest.fixture(scope="session")
+def lab_state(lab_paths: LabPaths):
+    return lab.load_state(lab_paths)
+
+
+@pytest.fixture(scope="session")
+def hosts(lab_paths: LabPaths, lab_state) -> Iterator[dict[str, Host]]:
+    hs = {h.name: Host(lab_paths, h) for h in lab_state.hosts}
+    yield hs
+    for h in hs.values():
+        h.close()
