@@ -8,7 +8,7 @@ does I/O other than SQL, so no transaction is ever held across SSH or a sleep. T
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
@@ -215,4 +215,266 @@ def latest_snapshots(
         if host.id not in seen:
             seen.add(host.id)  # type: ignore[arg-type]
             out.append((host, snap))
+    return out
+
+
+# ------------------------------------------------------------------ trends (bulk, streaming)
+SERIES_COLUMNS: tuple[str, ...] = (
+    "uuid", "ecc_corrected_volatile", "ecc_uncorrected_volatile", "ecc_corrected_aggregate",
+    "ecc_uncorrected_aggregate", "retired_sbe", "retired_dbe", "retired_pending",
+    "remapped_corrected", "remapped_uncorrected", "remapped_pending", "remapped_failure",
+    "pcie_replay", "aer_corrected", "aer_nonfatal", "aer_fatal", "xid_counts",
+)
+"""Sample columns `iter_gpu_series` returns after the time (`fleet.domain.trends.SERIES_FIELDS`)."""
+
+SeriesKey = tuple[str, str, int, str]
+
+
+def iter_gpu_series(
+    history: History,
+    *,
+    since: dt.datetime | None = None,
+    until: dt.datetime | None = None,
+    hosts: Sequence[str] | None = None,
+    batch: int = 20_000,
+) -> Iterator[tuple[SeriesKey, list[tuple[Any, ...]]]]:
+    """Every GPU's samples, one series at a time: ((host, pool, gpu_index, gpu_model), rows).
+
+    One streaming query ordered by (host, gpu, time), served by `ix_gpu_samples_host_gpu_taken`;
+    rows are plain tuples (time as epoch seconds, then `SERIES_COLUMNS`, `xid_counts` as JSON
+    text), never ORM objects, so millions of samples stream with flat memory. On SQLite the
+    query runs on the DBAPI cursor directly (SQLAlchemy's result layer would double the time);
+    other databases go through SQLAlchemy Core. One read transaction: a consistent view.
+    """
+    from sqlalchemy import Float, Text, cast, literal_column
+    from sqlalchemy import select as sa_select
+
+    with history.read() as s:
+        host_rows = s.exec(select(Host.id, Host.name, Host.pool, Host.gpu_model)).all()
+        wanted = set(hosts) if hosts is not None else None
+        names = {hid: (name, pool or "", model or "") for hid, name, pool, model in host_rows
+                 if wanted is None or name in wanted}
+        if not names:
+            return
+        t = GpuSample.__table__.c  # type: ignore[attr-defined]
+        conn = s.connection()
+        bounds = [(">=", since, "since"), ("<=", until, "until")]
+        if history.dialect == "sqlite":
+            to_db = t.taken_at.type._cached_bind_processor(conn.dialect)
+            where, params = [], []
+            for op, value, name in bounds:
+                if value is not None:
+                    v = require_aware(value, name)
+                    where.append(f"taken_at {op} ?")
+                    params.append(to_db(v) if to_db else v)
+            cols = ", ".join(f"CAST({c} AS TEXT)" if c == "xid_counts" else c
+                             for c in SERIES_COLUMNS)
+            sql = (f"SELECT host_id, gpu_index, (julianday(taken_at) - 2440587.5) * 86400.0, "
+                   f"{cols} FROM gpu_samples"
+                   + (f" WHERE {' AND '.join(where)}" if where else "")
+                   + " ORDER BY host_id, gpu_index, taken_at, id")
+            cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+            cursor.execute(sql, params)
+            fetch = cursor.fetchmany
+        else:
+            epoch = cast(func.extract(literal_column("'epoch'"), t.taken_at), Float)
+            stmt = sa_select(
+                t.host_id, t.gpu_index, epoch,
+                *(cast(t[c], Text) if c == "xid_counts" else t[c] for c in SERIES_COLUMNS),
+            ).order_by(t.host_id, t.gpu_index, t.taken_at, t.id)
+            for op, value, name in bounds:
+                if value is not None:
+                    v = require_aware(value, name)
+                    stmt = stmt.where(t.taken_at >= v if op == ">=" else t.taken_at <= v)
+            if wanted is not None:
+                stmt = stmt.where(t.host_id.in_(list(names)))
+            fetch = conn.execution_options(stream_results=True).execute(stmt).fetchmany
+        key: tuple[int, int] | None = None
+        rows: list[tuple[Any, ...]] = []
+        while True:
+            chunk = fetch(batch)
+            if not chunk:
+                break
+            for r in chunk:
+                k = (r[0], r[1])
+                if k != key:
+                    if rows and key is not None and key[0] in names:
+                        n = names[key[0]]
+                        yield (n[0], n[1], key[1], n[2]), rows
+                    key, rows = k, []
+                rows.append(tuple(r[2:]))
+        if rows and key is not None and key[0] in names:
+            n = names[key[0]]
+            yield (n[0], n[1], key[1], n[2]), rows
+
+
+# ------------------------------------------------------------------------------- quarantine
+def open_quarantine(
+    history: History,
+    host: str,
+    *,
+    reason: str,
+    opened_by: str,
+    at: dt.datetime,
+    data: Mapping[str, Any] | None = None,
+) -> tuple[int, bool]:
+    """Open a quarantine for `host` (created if unknown) and log the event, atomically.
+
+    Idempotent: a host already in quarantine keeps its open row; returns (id, created).
+    """
+    from fleet.history.events import record_event
+    from fleet.history.models import Quarantine
+
+    when = require_aware(at, "at")
+    with history.write() as s:
+        h = _upsert_host(s, host, None, {})
+        existing = s.exec(select(Quarantine).where(
+            Quarantine.host_id == h.id, col(Quarantine.closed_at).is_(None))).first()
+        if existing is not None:
+            return existing.id, False  # type: ignore[return-value]
+        q = Quarantine(host_id=h.id, reason=reason, opened_at=when,  # type: ignore[arg-type]
+                       opened_by=opened_by)
+        s.add(q)
+        s.flush()
+        record_event(history, "quarantine.open", host, reason,
+                     {"quarantine_id": q.id, **dict(data or {})}, actor=opened_by, at=when,
+                     session=s)
+        return q.id, True  # type: ignore[return-value]
+
+
+def close_quarantine(
+    history: History,
+    host: str,
+    *,
+    closed_by: str,
+    reason: str,
+    at: dt.datetime,
+    data: Mapping[str, Any] | None = None,
+) -> int | None:
+    """Close the host's open quarantine and log the event; None when none was open."""
+    from fleet.history.events import record_event
+    from fleet.history.models import Quarantine
+
+    when = require_aware(at, "at")
+    with history.write() as s:
+        q = s.exec(select(Quarantine).join(Host, col(Host.id) == col(Quarantine.host_id)).where(
+            Host.name == host, col(Quarantine.closed_at).is_(None))).first()
+        if q is None:
+            return None
+        q.closed_at, q.closed_by, q.close_reason = when, closed_by, reason
+        s.add(q)
+        s.flush()
+        record_event(history, "quarantine.close", host, reason,
+                     {"quarantine_id": q.id, **dict(data or {})}, actor=closed_by, at=when,
+                     session=s)
+        return q.id
+
+
+def list_quarantines(
+    history: History, *, open_only: bool = True, pool: str | None = None,
+) -> list[tuple[Any, Host]]:
+    """Quarantines (open ones by default) with their host, by pool, host, then time opened."""
+    from fleet.history.models import Quarantine
+
+    stmt = select(Quarantine, Host).join(Host, col(Host.id) == col(Quarantine.host_id)).order_by(
+        col(Host.pool), col(Host.name), col(Quarantine.opened_at))
+    if open_only:
+        stmt = stmt.where(col(Quarantine.closed_at).is_(None))
+    if pool is not None:
+        stmt = stmt.where(Host.pool == pool)
+    with history.read() as s:
+        return [(q, h) for q, h in s.exec(stmt).all()]
+
+
+# ------------------------------------------------------------------------------- benchmarks
+def record_benchmark(
+    history: History,
+    host: str,
+    *,
+    kind: str,
+    name: str,
+    started_at: dt.datetime,
+    ended_at: dt.datetime | None = None,
+    samples: Mapping[str, Sequence[float]] | None = None,
+    status: str = "done",
+    release: str | None = None,
+    rollout_id: int | None = None,
+    units: Mapping[str, str] | None = None,
+    pool: str | None = None,
+    session: Session | None = None,
+) -> int:
+    """Store one benchmark run of `host` (created if new) with its samples; returns the run id.
+
+    `kind` is "synthetic" or "replay"; `status` "done" or "error" (an error run keeps whatever
+    samples it has, so a failed measurement is on record and never read as a baseline).
+    """
+    from fleet.history.models import BenchmarkRun, BenchmarkSample
+
+    started = require_aware(started_at, "started_at")
+    ended = require_aware(ended_at, "ended_at") if ended_at is not None else None
+    rows = [(str(metric), float(v)) for metric, values in (samples or {}).items()
+            for v in values]
+    unit_of = dict(units or {})
+
+    def _write(s: Session) -> int:
+        h = _upsert_host(s, host, None, {"pool": pool} if pool is not None else {})
+        run = BenchmarkRun(host_id=h.id, rollout_id=rollout_id, release=release,  # type: ignore[arg-type]
+                           kind=kind, name=name, status=status, started_at=started,
+                           ended_at=ended)
+        s.add(run)
+        s.flush()
+        assert run.id is not None
+        s.add_all(BenchmarkSample(run_id=run.id, metric=m, value=v, unit=unit_of.get(m, ""))
+                  for m, v in rows)
+        s.flush()
+        return run.id
+
+    if session is not None:
+        return _write(session)
+    with history.write() as s:
+        return _write(s)
+
+
+def benchmark_samples(
+    history: History,
+    *,
+    hosts: Sequence[str] | None = None,
+    pool: str | None = None,
+    release: str | None = None,
+    kind: str | None = None,
+    name: str | None = None,
+    since: dt.datetime | None = None,
+    until: dt.datetime | None = None,
+) -> dict[str, list[float]]:
+    """Samples of the finished ("done") runs that match, pooled per metric (the judge's input).
+
+    This is the history baseline: for example a pool's recent runs on the old release.
+    """
+    from fleet.history.models import BenchmarkRun, BenchmarkSample
+
+    stmt = (
+        select(BenchmarkSample.metric, BenchmarkSample.value)
+        .join(BenchmarkRun, col(BenchmarkRun.id) == col(BenchmarkSample.run_id))
+        .join(Host, col(Host.id) == col(BenchmarkRun.host_id))
+        .where(BenchmarkRun.status == "done")
+        .order_by(col(BenchmarkRun.started_at), col(BenchmarkSample.id))
+    )
+    if hosts:
+        stmt = stmt.where(col(Host.name).in_(list(hosts)))
+    if pool is not None:
+        stmt = stmt.where(Host.pool == pool)
+    if release is not None:
+        stmt = stmt.where(BenchmarkRun.release == release)
+    if kind is not None:
+        stmt = stmt.where(BenchmarkRun.kind == kind)
+    if name is not None:
+        stmt = stmt.where(BenchmarkRun.name == name)
+    if since is not None:
+        stmt = stmt.where(col(BenchmarkRun.started_at) >= require_aware(since, "since"))
+    if until is not None:
+        stmt = stmt.where(col(BenchmarkRun.started_at) < require_aware(until, "until"))
+    out: dict[str, list[float]] = {}
+    with history.read() as s:
+        for metric, value in s.exec(stmt).all():
+            out.setdefault(metric, []).append(value)
     return out

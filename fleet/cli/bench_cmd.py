@@ -1,0 +1,262 @@
+"""`fleet bench run|compare|trace-from-log`: benchmarks on hosts, and the canary judge.
+
+Exit codes of `fleet bench compare` (the judge's verdict, for scripts and CI):
+
+    0  pass          the canary is within every allowance
+    1  fail          a critical metric is worse than allowed, or has no data: roll back
+    3  inconclusive  the judge could not decide (too few samples, a noisy or straddling
+                     interval, a non-critical failure): pause for a human, never a success
+    3  nodata        nothing could be judged
+    2  bad input     unreadable files, malformed --metric flags
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from fleet.cli.output import console, emit_json
+from fleet.errors import BadInput, CouldNotComplete, Problem, ProblemsFound
+
+app = typer.Typer(help="Benchmarks (synthetic and trace replay) and the canary judge.",
+                  no_args_is_help=True)
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
+_STYLE = {"pass": "green", "fail": "red", "inconclusive": "yellow", "nodata": "magenta"}
+
+
+def load_samples(path: Path) -> dict[str, list[float]]:
+    """A JSON object mapping metric name to a list of numbers; every problem reported."""
+    if not path.is_file():
+        raise BadInput.single("no such file", file=str(path))
+    try:
+        doc = json.loads(path.read_text())
+    except ValueError as exc:
+        raise BadInput.single(f"not JSON: {exc}", file=str(path)) from None
+    if isinstance(doc, dict) and isinstance(doc.get("samples"), dict):
+        doc = doc["samples"]  # a runner's or replay's own output works as is
+    if not isinstance(doc, dict):
+        raise BadInput.single("expected a JSON object mapping metric name to a list of samples",
+                              file=str(path))
+    out: dict[str, list[float]] = {}
+    problems = []
+    for name, values in doc.items():
+        if not isinstance(values, list):
+            problems.append(Problem(str(path), None, name, "expected a list of numbers"))
+            continue
+        bad = [i for i, v in enumerate(values) if isinstance(v, bool)
+               or not isinstance(v, int | float) or not math.isfinite(v)]
+        if bad:
+            problems.append(Problem(str(path), None, f"{name}[{bad[0]}]",
+                                    f"expected a finite number ({len(bad)} bad value(s))"))
+            continue
+        out[str(name)] = [float(v) for v in values]
+    if problems:
+        raise BadInput(problems)
+    return out
+
+
+def compare(
+    canary: Annotated[Path, typer.Option("--canary", help="Canary samples (JSON object).")],
+    baseline: Annotated[Path, typer.Option("--baseline", help="Baseline samples (JSON).")],
+    metric: Annotated[list[str] | None, typer.Option(
+        "--metric", help="NAME:lower|higher[:ALLOWANCE%][:noncritical][:notails]; repeatable. "
+        "Metrics without one get defaults by name.")] = None,
+    only: Annotated[bool, typer.Option(
+        "--only", help="Judge only the metrics named by --metric.")] = False,
+    history_baseline: Annotated[bool, typer.Option(
+        "--history-baseline", help="The baseline comes from history, not the same time: "
+        "flag the verdict lower confidence.")] = False,
+    confidence: Annotated[float, typer.Option(min=0.5, max=0.999)] = 0.95,
+    seed: Annotated[int, typer.Option(help="Bootstrap seed (same inputs, same verdict).")] = 0,
+    json_out: JsonFlag = False,
+) -> None:
+    """Judge canary samples against baseline samples, metric by metric.
+
+    Non-inferiority on a confidence interval: pass when the canary is provably no worse than the
+    allowance, fail when provably worse, inconclusive otherwise. Exit 0 pass, 1 fail, 3
+    inconclusive or nodata (never a success), 2 bad input.
+    """
+    from fleet.domain.judge import JudgeConfig, judge, parse_metric_flag
+
+    problems, specs = [], []
+    for i, text in enumerate(metric or []):
+        try:
+            specs.append(parse_metric_flag(text))
+        except ValueError as exc:
+            problems.append(Problem(None, None, f"--metric[{i}]", str(exc)))
+    if problems:
+        raise BadInput(problems)
+    c, b = load_samples(canary), load_samples(baseline)
+    result = judge(c, b, specs, baseline_source="history" if history_baseline else "same-time",
+                   config=JudgeConfig(confidence=confidence, seed=seed), only_specified=only)
+    if json_out:
+        emit_json(result.as_dict())
+    else:
+        t = Table("metric", "verdict", "crit", "reason", box=None)
+        for m in result.metrics:
+            t.add_row(m.metric, f"[{_STYLE[m.verdict]}]{m.verdict}[/]",
+                      "yes" if m.critical else "no", m.reason.split(": ", 2)[-1])
+        console.print(t)
+        console.print(f"[{_STYLE[result.verdict]}]{result.verdict}[/]: {result.reason}",
+                      soft_wrap=True)
+    if result.verdict == "fail":
+        raise ProblemsFound("the canary fails the judge")
+    if result.verdict in ("inconclusive", "nodata"):
+        raise CouldNotComplete(f"the judge could not decide: {result.verdict}")
+
+
+def run(
+    ctx: typer.Context,
+    inventory: Annotated[Path, typer.Option("--inventory", "-i", help="pyinfra inventory file.",
+                                            envvar="FLEET_INVENTORY")],
+    suite: Annotated[str, typer.Option(help="synthetic or replay.")] = "synthetic",
+    limit: Annotated[list[str] | None, typer.Option(
+        "--limit", "-l", help="Only these pools (inventory groups) or host-name globs.")] = None,
+    trace: Annotated[Path | None, typer.Option(help="Replay trace (JSON lines).")] = None,
+    command: Annotated[str | None, typer.Option(
+        help="synthetic: the benchmark command printing JSON metrics (e.g. fleet-lab-bench); "
+        "replay: a per-request command instead of an endpoint.")] = None,
+    source: Annotated[str, typer.Option(help="synthetic: auto, command, dcgm or cuda.")] = "auto",
+    repeats: Annotated[int, typer.Option(min=1, max=1000)] = 3,
+    endpoint: Annotated[str, typer.Option(help="replay: the endpoint on the host.")] =
+        "http://127.0.0.1:8000",
+    rate_scale: Annotated[float, typer.Option(help="replay: 2.0 replays twice as fast.")] = 1.0,
+    warmup: Annotated[float, typer.Option(help="replay: seconds sent but not measured.")] = 0.0,
+    slo_ms: Annotated[float | None, typer.Option(help="replay: latency SLO for goodput.")] = None,
+    name: Annotated[str | None, typer.Option(help="Name recorded with the runs.")] = None,
+    release: Annotated[str | None, typer.Option(help="Release recorded with the runs.")] = None,
+    out: Annotated[Path | None, typer.Option(
+        "--samples-out", help="Also write the pooled samples (a `compare` input) here.")] = None,
+    json_out: JsonFlag = False,
+) -> None:
+    """Run a benchmark suite on hosts over SSH, in parallel, and record the runs in the history.
+
+    The runner and the replay client are shipped inline and run with the host's python3. Exit 3
+    when a host is unreachable or could not measure (the others are still recorded).
+    """
+    from fleet.cli.app import settings
+    from fleet.history import open_history
+    from fleet.jobs.bench import bench_inventory
+    from fleet.remote.session import patch_gevent
+
+    params: dict[str, Any]
+    if suite == "synthetic":
+        params = {"source": source, "repeats": repeats}
+        if command:
+            params["command"] = command
+    elif suite == "replay":
+        if trace is None:
+            raise BadInput.single("the replay suite needs --trace FILE", field="--trace")
+        data = _read_trace(trace)
+        params = {"trace": data, "endpoint": endpoint, "rate_scale": rate_scale,
+                  "warmup": warmup, "slo_ms": slo_ms}
+        if command:
+            params["command"] = command
+    else:
+        raise BadInput.single("expected synthetic or replay", field="--suite")
+    patch_gevent()
+    try:
+        with open_history(settings(ctx).db) as history, console.status(f"running {suite}"):
+            results = bench_inventory(inventory, limit, history, suite, params,
+                                      now=lambda: datetime.now(UTC), name=name, release=release)
+    except ValueError as exc:
+        raise BadInput.single(str(exc)) from None
+    pooled: dict[str, list[float]] = {}
+    for r in results:
+        for k, v in r.samples.items():
+            pooled.setdefault(k, []).extend(v)
+    if out is not None:
+        out.write_text(json.dumps(pooled, sort_keys=True) + "\n")
+    if json_out:
+        emit_json({"suite": suite, "hosts": [r.as_dict() for r in results]})
+    else:
+        t = Table("host", "pool", "ok", "summary", box=None)
+        for r in results:
+            summary = ", ".join(f"{k}={_short(v)}" for k, v in list(r.summary.items())[:8])
+            t.add_row(r.host, r.pool or "", "yes" if r.ok else f"[red]no[/]: {r.error}", summary)
+        console.print(t)
+    failed = [r.host for r in results if not r.ok]
+    if failed:
+        raise CouldNotComplete(f"no usable benchmark from {len(failed)} host(s): "
+                               + ", ".join(failed))
+
+
+def _short(v: Any) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def _read_trace(path: Path) -> bytes:
+    """The trace's bytes, after checking every line here (one message per bad line)."""
+    from fleet.bench.replay import TraceError, parse_trace
+
+    if not path.is_file():
+        raise BadInput.single("no such file", file=str(path))
+    data = path.read_bytes()
+    try:
+        reqs = parse_trace(data.decode("utf-8", errors="replace").splitlines(), str(path),
+                           str(path.parent))
+    except TraceError as exc:
+        raise BadInput([Problem(str(path), line, field, msg)
+                        for line, field, msg in exc.problems]) from None
+    if not reqs:
+        raise BadInput.single("the trace has no requests", file=str(path))
+    if any("body_file" in line for line in data.decode("utf-8", errors="replace").splitlines()):
+        raise BadInput.single("body_file references are resolved on the controller only; "
+                              "inline the bodies (fleet bench trace-from-log does)",
+                              file=str(path))
+    return data
+
+
+def trace_from_log(
+    log: Annotated[Path, typer.Argument(help="An nginx access log or a JSON-lines log.")],
+    fmt: Annotated[str, typer.Option("--format", help="auto, nginx or jsonl.")] = "auto",
+    output: Annotated[Path | None, typer.Option(
+        "--output", "-o", help="Trace file to write (default: stdout).")] = None,
+    expect_size: Annotated[bool, typer.Option(
+        help="Keep each response's size as expect_bytes (a size mismatch is an error).")] = False,
+    only_ok: Annotated[bool, typer.Option(help="Drop requests that failed (status >= 400).")]
+        = False,
+    skip_bad: Annotated[bool, typer.Option(
+        help="Skip unreadable lines (counted) instead of refusing the log.")] = False,
+) -> None:
+    """Convert an access log into a replay trace (JSON lines, arrival offsets in seconds)."""
+    from fleet.domain.tracelog import MAX_PROBLEMS
+    from fleet.domain.tracelog import trace_from_log as convert
+
+    if fmt not in ("auto", "nginx", "jsonl"):
+        raise BadInput.single("expected auto, nginx or jsonl", field="--format")
+    if not log.is_file():
+        raise BadInput.single("no such file", file=str(log))
+    with log.open(encoding="utf-8", errors="replace") as f:
+        trace, problems = convert(f, fmt=fmt, source=str(log), expect_size=expect_size,
+                                  only_ok=only_ok)
+    if problems and not skip_bad:
+        shown = problems[:MAX_PROBLEMS]
+        if len(problems) > MAX_PROBLEMS:
+            shown.append(Problem(str(log), None, None,
+                                 f"... and {len(problems) - MAX_PROBLEMS} more bad line(s)"))
+        raise BadInput(shown)
+    if not trace:
+        raise BadInput.single("no requests in the log", file=str(log))
+    text = "".join(json.dumps(e, separators=(",", ":")) + "\n" for e in trace)
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        output.write_text(text)
+    span = trace[-1]["t"]
+    console.print(f"{len(trace)} requests over {span:.1f} s "
+                  f"({len(trace) / span if span else float('nan'):.1f}/s)"
+                  + (f", {len(problems)} unreadable line(s) skipped" if problems else ""))
+
+
+app.command("run")(run)
+app.command("compare")(compare)
+app.command("trace-from-log")(trace_from_log)
