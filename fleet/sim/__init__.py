@@ -1,0 +1,32 @@
+"""The simulated fleet: an in-process `Backend` and `Scheduler` (see `fleet.sim.fleet`)."""
+
+from fleet.sim.fleet import SimFleet, SimHost
+from fleet.sim.model import (
+    EPOCH,
+    PROFILES,
+    FaultRates,
+    FaultSpec,
+    GpuProfile,
+    HostFaults,
+    Latency,
+    PoolSpec,
+    SimClock,
+    SimSpec,
+)
+from fleet.sim.scheduler import SimScheduler
+
+__all__ = [
+    "EPOCH",
+    "PROFILES",
+    "FaultRates",
+    "FaultSpec",
+    "GpuProfile",
+    "HostFaults",
+    "Latency",
+    "PoolSpec",
+    "SimClock",
+    "SimFleet",
+    "SimHost",
+    "SimScheduler",
+    "SimSpec",
+]

@@ -1,0 +1,121 @@
+"""`SimScheduler`: a simulated workload manager implementing `fleet.domain.ports.Scheduler`.
+
+It behaves like Slurm for the subset fleet uses: a drained host with running jobs is "draining"
+until they end, fleet's drains carry the `fleet:` marker so `by_fleet` is known, a host drained by
+someone else is never resumed, and a host the simulated fleet cannot reach is "down". Jobs end on
+the logical clock; `drain(..., wait_s)` succeeds when they would end within the wait.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from fleet.domain.ports import AdminState, HostResult
+from fleet.sim.model import SimClock
+
+if TYPE_CHECKING:
+    from fleet.sim.fleet import SimFleet
+
+MARKER = "fleet:"
+
+
+@dataclass
+class _Node:
+    drained: bool = False
+    reason: str | None = None
+    jobs_end: datetime | None = None  # when the running jobs finish; None: no jobs
+    drain_fails: bool = False
+
+
+class SimScheduler:
+    """In-process drain/undrain with Slurm-like semantics (see the module doc)."""
+
+    name = "sim"
+
+    def __init__(self, fleet: SimFleet | None = None, *,
+                 clock: Callable[[], datetime] | None = None,
+                 drained: Mapping[str, str] | None = None, marker: str = MARKER) -> None:
+        self.fleet = fleet
+        self.clock: Callable[[], datetime] = clock or (fleet.clock if fleet else SimClock())
+        self.marker = marker
+        self._nodes: dict[str, _Node] = {}
+        self.calls: list[tuple[str, str]] = []  # (verb, host), for assertions
+        for host, reason in (drained or {}).items():
+            self.set_drained(host, reason)
+
+    def _node(self, host: str) -> _Node:
+        node = self._nodes.get(host)
+        if node is None:
+            if self.fleet is not None:
+                self.fleet._host(host)  # KeyError for a host the fleet does not have
+            node = self._nodes[host] = _Node()
+        return node
+
+    def _down(self, host: str) -> bool:
+        return self.fleet is not None and not self.fleet._host(host).reachable
+
+    def _running(self, node: _Node) -> bool:
+        return node.jobs_end is not None and node.jobs_end > self.clock()
+
+    # ---------------------------------------------------------------- simulation controls
+    def set_drained(self, host: str, reason: str) -> None:
+        """Someone else (an operator, a health checker) drained `host` with `reason`."""
+        node = self._node(host)
+        node.drained, node.reason = True, reason
+
+    def start_job(self, host: str, seconds: float) -> None:
+        """A job is running on `host` for another `seconds` of logical time."""
+        self._node(host).jobs_end = self.clock() + timedelta(seconds=seconds)
+
+    def fail_drains(self, host: str, fail: bool = True) -> None:
+        """Make `drain` on `host` fail (the controller refuses the update)."""
+        self._node(host).drain_fails = fail
+
+    # ------------------------------------------------------------------- Scheduler port
+    def state(self, host: str) -> AdminState:
+        node = self._node(host)
+        by_fleet = bool(node.reason and node.reason.startswith(self.marker))
+        if self._down(host):
+            return AdminState("down", node.reason or "Not responding", by_fleet)
+        if not node.drained:
+            return AdminState("available")
+        if self._running(node):
+            return AdminState("draining", node.reason, by_fleet)
+        return AdminState("drained", node.reason, by_fleet)
+
+    def drain(self, host: str, reason: str, *, wait_s: float = 0) -> HostResult[None]:
+        self.calls.append(("drain", host))
+        node = self._node(host)
+        if node.drain_fails:
+            return HostResult.failed(host, "slurm_update error: Invalid node state specified")
+        if node.drained and not (node.reason or "").startswith(self.marker):
+            # someone else's drain: leave it (and its reason) as it is; never take it over
+            return HostResult(host, None, changed=False)
+        if self._down(host) and not node.drained:
+            return HostResult.failed(host, "node is DOWN (not responding); not taking it over")
+        changed = not node.drained
+        node.drained = True
+        node.reason = f"{self.marker} {reason}".strip()
+        if wait_s > 0 and self._running(node):
+            assert node.jobs_end is not None
+            left = (node.jobs_end - self.clock()).total_seconds()
+            if left > wait_s:
+                return HostResult(host, None, ok=False, changed=changed, seconds=wait_s,
+                                  error=f"1 job still running after {wait_s:g} s")
+            node.jobs_end = None  # the wait saw the job finish
+            return HostResult(host, None, changed=changed, seconds=left)
+        return HostResult(host, None, changed=changed)
+
+    def undrain(self, host: str) -> HostResult[None]:
+        self.calls.append(("undrain", host))
+        node = self._node(host)
+        if not node.drained:
+            return HostResult(host, None, changed=False)
+        if not (node.reason or "").startswith(self.marker):
+            return HostResult.failed(
+                host, f"drained by someone else ({node.reason}); fleet does not resume it")
+        node.drained, node.reason = False, None
+        return HostResult(host, None, changed=True)

@@ -1,0 +1,88 @@
+"""`fleet rollout plan` end to end: exit codes, JSON, inventory plus history, simulated fleet."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+from .conftest import ROOT
+
+MATRIX = str(ROOT / "matrices" / "example.yaml")
+
+
+def test_plan_sim_json(fleet_cli) -> None:  # type: ignore[no-untyped-def]
+    r = fleet_cli("rollout", "plan", "--matrix", MATRIX, "--sim", "300", "--seed", "4", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["source"] == "sim" and doc["seed"] == 4
+    assert [p["pool"] for p in doc["pools"]] == ["h100-canary", "h100", "a100", "l40s"]
+    assert sum(len(w["hosts"]) for p in doc["pools"] for w in p["waves"]) == 300
+    assert doc["pools"][0]["canary"] is True
+    again = fleet_cli("rollout", "plan", "--matrix", MATRIX, "--sim", "300", "--seed", "4",
+                      "--json")
+    assert again.stdout == r.stdout
+
+
+def test_plan_human_output_and_pool_filter(fleet_cli) -> None:  # type: ignore[no-untyped-def]
+    r = fleet_cli("rollout", "plan", "-m", MATRIX, "--sim", "100", "--pool", "l40s")
+    assert r.returncode == 0, r.stderr
+    assert "l40s -> r570-cuda12.8" in r.stderr and "wave 1: 2 host(s)" in r.stderr
+    assert "h100-canary" not in r.stderr
+
+
+def test_plan_usage_errors(fleet_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    r = fleet_cli("rollout", "plan", "-m", MATRIX)
+    assert r.returncode == 2 and "exactly one of" in r.stderr
+    r = fleet_cli("rollout", "plan", "-m", MATRIX, "--sim", "10", "--pool", "nope")
+    assert r.returncode == 2 and "no such pool: nope" in r.stderr
+    bad = tmp_path / "spec.yaml"
+    bad.write_text("pools: {h100: {hosts: many}}\n")
+    r = fleet_cli("rollout", "plan", "-m", MATRIX, "--sim-spec", str(bad))
+    assert r.returncode == 2 and "pools.h100.hosts" in r.stderr
+
+
+def test_plan_blocked_pool_exits_1(fleet_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("pools:\n  h100-canary: {hosts: 3}\n"
+                    "drained:\n  h100-canary-00002: 'ops: fan'\n")
+    r = fleet_cli("rollout", "plan", "-m", MATRIX, "--sim-spec", str(spec), "--json")
+    assert r.returncode == 1, r.stderr
+    pool = json.loads(r.stdout)["pools"][0]
+    assert pool["blocked"] and pool["unavailable"] == ["h100-canary-00002"]
+    assert pool["skipped"]["h100-canary-00002"] == "drained by someone else: ops: fan"
+
+
+def test_plan_inventory_with_history(fleet_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from fleet.history import add_snapshot, open_history, open_quarantine
+
+    inv = tmp_path / "hosts.py"
+    inv.write_text(
+        'canary = [("gpu-c1", {"pool": "h100-canary"})]\n'
+        'h100 = [("gpu-h1", {"unit": "rack1"}), ("gpu-h2", {"unit": "rack1"}),\n'
+        '        ("gpu-h3", {"unit": "rack2"})] + [f"gpu-h{i}" for i in range(4, 41)]\n'
+    )
+    db = tmp_path / "fleet.db"
+    now = datetime(2025, 6, 1, tzinfo=UTC)
+    with open_history(str(db)) as history:
+        add_snapshot(history, "gpu-h3", taken_at=now, source="nvml", release="r570-cuda12.8")
+        add_snapshot(history, "gpu-h5", taken_at=now, source="none", reachable=False)
+        open_quarantine(history, "gpu-h2", reason="ECC trend", opened_by="test", at=now)
+    r = fleet_cli("--db", str(db), "rollout", "plan", "-m", MATRIX, "-i", str(inv), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["source"] == "inventory" and doc["releases_known"] == 1
+    pools = {p["pool"]: p for p in doc["pools"]}
+    assert list(pools) == ["h100-canary", "h100"]
+    h100 = pools["h100"]
+    assert h100["skipped"] == {"gpu-h2": "quarantined: ECC trend",
+                               "gpu-h3": "already on r570-cuda12.8", "gpu-h5": "unreachable"}
+    assert h100["waves"][0]["hosts"] == ["gpu-h1"] and h100["waves"][0]["units"] == ["rack1"]
+    assert any("rack1" in n for n in h100["notes"])
+    # without a history nothing is known: every host moves
+    r = fleet_cli("--db", str(tmp_path / "none.db"), "rollout", "plan", "-m", MATRIX,
+                  "-i", str(inv), "--json")
+    doc = json.loads(r.stdout)
+    assert doc["releases_known"] == 0
+    assert not (tmp_path / "none.db").exists()
+    assert sum(len(w["hosts"]) for p in doc["pools"] for w in p["waves"]) == 41
