@@ -14,6 +14,9 @@ GROUPS: tuple[tuple[str, str], ...] = (
     ("logs", "logs_cmd"),
     ("lab", "lab_cmd"),
     ("bench", "bench_cmd"),
+    ("rollout", "rollout_cmd"),
+    ("hygiene", "hygiene_cmd"),
+    ("quarantine", "quarantine_cmd"),
 )
 
 

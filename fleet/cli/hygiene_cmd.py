@@ -1,0 +1,144 @@
+"""`fleet hygiene run`: the weekly job (drift audit, trends, quarantine, benchmarks, reports).
+
+Exit codes: 0 clean; 1 problems found (a non-conformant or unreachable host, a failing or
+quarantine-worthy trend, a tripped circuit breaker, a failed drain, a benchmark regression);
+2 bad input; 3 the job itself could not run (history, inventory or backend unusable).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from fleet.cli.output import console, emit_json
+from fleet.errors import BadInput, ProblemsFound
+
+app = typer.Typer(help="The weekly hygiene job: drift audit, error trends, quarantine, reports.",
+                  no_args_is_help=True)
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
+SCHEDULERS = ("none", "slurm", "kubernetes")
+
+
+def make_scheduler(name: str, sim: Any = None) -> Any:
+    from fleet.schedulers import make_scheduler as make
+
+    if sim is not None:
+        return make("sim", fleet=sim)
+    if name not in SCHEDULERS:
+        raise BadInput.single(f"unknown scheduler {name!r} (expected one of: "
+                              f"{', '.join(SCHEDULERS)})", field="--scheduler")
+    return make(name)
+
+
+@app.command()
+def run(
+    ctx: typer.Context,
+    matrix: Annotated[Path, typer.Option("--matrix", "-m", help="Version matrix.",
+                                         envvar="FLEET_MATRIX")],
+    inventory: Annotated[Path | None, typer.Option(
+        "--inventory", "-i", help="pyinfra inventory file.", envvar="FLEET_INVENTORY")] = None,
+    limit: Annotated[list[str] | None, typer.Option(
+        "--limit", "-l", help="Only these pools (inventory groups) or host-name globs.")] = None,
+    apply_quarantine: Annotated[bool, typer.Option(
+        "--apply-quarantine", help="Drain proposed hosts through the scheduler and record the "
+        "quarantine (never past the circuit breaker).")] = False,
+    scheduler: Annotated[str, typer.Option(
+        "--scheduler", help="Workload manager to drain through: none, slurm, kubernetes.")
+    ] = "none",
+    report_dir: Annotated[Path | None, typer.Option(
+        "--report-dir", help="Write Markdown, HTML, JSON and the Prometheus textfile here.")
+    ] = None,
+    prom_file: Annotated[Path | None, typer.Option(
+        "--prom-file", help="Prometheus textfile path (node_exporter textfile collector "
+        "directory); default REPORT_DIR/fleet_hygiene.prom.")] = None,
+    benchmark: Annotated[bool, typer.Option(
+        "--benchmark/--no-benchmark", help="Run the small synthetic benchmark per pool.")
+    ] = True,
+    sim: Annotated[int | None, typer.Option(
+        "--sim", min=1, help="Run against a simulated fleet of N hosts instead of SSH.")
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the simulated fleet.")] = 0,
+    json_out: JsonFlag = False,
+) -> None:
+    """Probe every host, audit drift (fails closed), read error trends, propose (or apply)
+    quarantine behind a circuit breaker, benchmark each pool, and write the reports."""
+    from fleet.cli.app import settings
+    from fleet.domain.matrix.loader import load_matrix
+    from fleet.history import open_history
+    from fleet.jobs.hygiene import run_hygiene
+    from fleet.reports import render_json, write_reports
+
+    loaded = load_matrix(matrix, today=date.today())
+    if sim is None and inventory is None:
+        raise BadInput.single("--inventory is required (or --sim N for a simulated fleet)",
+                              field="--inventory")
+    if sim is not None:
+        from fleet.sim import SimFleet
+
+        backend: Any = SimFleet.build(loaded.matrix, n_hosts=sim, seed=seed)
+        sched = make_scheduler(scheduler, sim=backend)
+    else:
+        from fleet.remote.backend import SshBackend
+        from fleet.remote.session import patch_gevent
+
+        patch_gevent()
+        assert inventory is not None
+        backend = SshBackend(inventory, limit=limit)
+        sched = make_scheduler(scheduler)
+    now = datetime.now(UTC)
+    try:
+        with open_history(settings(ctx).db) as history, console.status("hygiene") as status:
+            report = run_hygiene(backend, sched, history, loaded.matrix, now=now,
+                                 apply_quarantine=apply_quarantine, benchmark=benchmark,
+                                 progress=lambda m: status.update(m))
+    finally:
+        backend.close()
+    data = report.as_dict()
+    import json
+
+    data = json.loads(render_json(data))
+    if report_dir is not None or prom_file is not None:
+        paths = write_reports(data, report_dir or prom_file.parent,  # type: ignore[union-attr]
+                              prom_path=prom_file)
+        console.print("reports: " + ", ".join(str(p) for p in paths.values()))
+    if json_out:
+        emit_json(data)
+    else:
+        _print_human(data)
+    problems = report.problems()
+    if problems:
+        raise ProblemsFound(f"{len(problems)} problem(s): " + "; ".join(problems[:5])
+                            + (" ..." if len(problems) > 5 else ""))
+
+
+def _print_human(data: dict[str, Any]) -> None:
+    s = data["summary"]
+    d = s["drift"]
+    console.print(f"hosts {d['hosts']}: conformant {d['conformant']}, non-conformant "
+                  f"{d['non_conformant']} (unreachable {d['unreachable']})")
+    bad = [x for x in data["drift"] if not x["conformant"]]
+    if bad:
+        t = Table("host", "pool", "differences", box=None, title="drift")
+        for x in bad:
+            t.add_row(x["host"], x["pool"] or "", "\n".join(y["text"] for y in x["differences"]))
+        console.print(t)
+    flagged = data["trends"]["flagged"]
+    if flagged:
+        t = Table("host", "gpu", "severity", "flags", box=None, title="trends")
+        for g in flagged[:30]:
+            t.add_row(g["host"], str(g["gpu_index"]), g["severity"],
+                      "\n".join(f["message"] for f in g["flags"]))
+        console.print(t)
+    q = data["quarantine"]
+    for p in q["proposals"]:
+        console.print(f"quarantine {p['decision']}: {p['host']} ({p['pool']}): "
+                      + "; ".join(p["reasons"]))
+    for a in q["alerts"]:
+        console.print(f"[red]ALERT[/red]: {a}")
+    for b in data["benchmarks"]:
+        console.print(f"benchmark {b['pool']}: {b['verdict']} {b['reason']}")

@@ -1,0 +1,256 @@
+"""The drift audit: is each host on an allowed release, exactly, pinned, and reachable?
+
+Pure: host facts and a matrix in, one verdict per host out. It fails closed: a host that cannot
+be reached, whose driver cannot be read, or whose packages were not reported is non-conformant,
+because "could not verify" must never pass an audit.
+
+A host is conformant when
+- it was reachable and probed;
+- NVML, the loaded kernel module and the driver package name the same driver (three-way);
+- that driver is the one of an allowed release (`Matrix.allowed_releases`: every pool's golden
+  plus `policy.allowed`) and not a blocked version;
+- every package of that release is installed at the release's version and held;
+- the running kernel meets the release's kernel constraint (when both are known);
+- on Debian, unattended-upgrades excludes the release's packages, when the probe reports the
+  exclusion (it is recorded as 'not verified' otherwise).
+
+A conformant host on an allowed release other than its pool's golden is reported as behind its
+golden (a note, not drift). Each difference reads "component: have X, want Y".
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from fleet.domain.facts import HostFacts
+from fleet.domain.matrix.models import Matrix, OsFamily, Release
+from fleet.domain.pinning import upstream_of
+from fleet.domain.versions import kernel_release_version, satisfies
+
+_DRIVER_PKG = re.compile(r"^(nvidia-driver|nvidia-open|nvidia-utils|kmod-nvidia|nvidia-kmod)")
+_BLACKLIST_ENTRY = re.compile(r'"([^"]+)"\s*;')
+
+
+@dataclass(frozen=True)
+class Difference:
+    component: str
+    have: str
+    want: str
+    detail: str = ""
+
+    def __str__(self) -> str:
+        text = f"{self.component}: have {self.have}, want {self.want}"
+        return f"{text} ({self.detail})" if self.detail else text
+
+    def as_dict(self) -> dict[str, str]:
+        return {"component": self.component, "have": self.have, "want": self.want,
+                "detail": self.detail, "text": str(self)}
+
+
+@dataclass(frozen=True)
+class DriftInput:
+    """What the audit knows about one host after this run's probe."""
+
+    host: str
+    pool: str | None
+    reachable: bool
+    facts: HostFacts | None = None
+    error: str | None = None
+    unattended_excluded: frozenset[str] | None = None
+    """Package names unattended-upgrades is told to leave alone, when the probe reports it."""
+
+
+@dataclass
+class HostDrift:
+    host: str
+    pool: str | None
+    reachable: bool
+    conformant: bool
+    release: str | None
+    """The allowed release the host's driver matches, or None."""
+    golden: str | None
+    differences: list[Difference] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def behind_golden(self) -> bool:
+        return self.conformant and self.release is not None and self.release != self.golden
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "host": self.host, "pool": self.pool, "reachable": self.reachable,
+            "conformant": self.conformant, "release": self.release, "golden": self.golden,
+            "behind_golden": self.behind_golden,
+            "differences": [d.as_dict() for d in self.differences], "notes": list(self.notes),
+        }
+
+
+def unattended_excluded(text: str) -> frozenset[str]:
+    """Package names in an apt.conf `Unattended-Upgrade::Package-Blacklist` block.
+
+    Entries are regular expressions; fleet writes `"name$";` (see `pinning.unattended_blacklist`),
+    so escapes and the anchor are stripped back to the name.
+    """
+    out: set[str] = set()
+    in_block = False
+    for line in text.splitlines():
+        stripped = line.strip()
+        if "Package-Blacklist" in stripped:
+            in_block = True
+        if in_block:
+            for m in _BLACKLIST_ENTRY.finditer(stripped):
+                out.add(re.sub(r"\\(.)", r"\1", m.group(1)).removeprefix("^").removesuffix("$"))
+            if "};" in stripped:
+                in_block = False
+    return frozenset(out)
+
+
+def _os_family(facts: HostFacts) -> OsFamily:
+    pk = facts.versions.packages
+    return "rhel" if pk is not None and pk.manager == "rpm" else "debian"
+
+
+def _driver_package_version(facts: HostFacts, names: Iterable[str]) -> str | None:
+    pk = facts.versions.packages
+    if pk is None:
+        return None
+    for name in names:
+        p = pk.get(name)
+        if p is not None:
+            return upstream_of(p.version)
+    for p in pk.items:
+        if _DRIVER_PKG.match(p.name):
+            return upstream_of(p.version)
+    return None
+
+
+def audit_host(inp: DriftInput, matrix: Matrix) -> HostDrift:
+    """One host's verdict against the matrix (its pool's golden and the allowed releases)."""
+    pool = inp.pool
+    golden: Release | None = None
+    try:
+        golden = matrix.golden_for(pool or "")
+    except KeyError:  # the loader rejects this; be defensive anyway
+        golden = None
+    out = HostDrift(inp.host, pool, inp.reachable, False, None,
+                    golden.name if golden else None)
+    diffs, notes = out.differences, out.notes
+    if pool is None or pool not in matrix.pools:
+        notes.append(f"pool {pool!r} not in the matrix: judged against the default golden")
+    if not inp.reachable or inp.facts is None:
+        diffs.append(Difference("reachable", "no" if not inp.reachable else "no facts", "yes",
+                                inp.error or ""))
+        return out
+    facts = inp.facts
+    osf = _os_family(facts)
+    allowed = matrix.allowed_releases()
+    if golden is not None:  # golden first, so a tie resolves to it
+        allowed = [golden] + [r for r in allowed if r.name != golden.name]
+    target_names = [s.name for s in golden.packages(osf) if s.component == "driver"] \
+        if golden else []
+    v = facts.versions
+    lib, kmod = v.driver_library, v.driver_kernel_module
+    pkg = _driver_package_version(facts, target_names)
+    seen = {k: x for k, x in (("NVML", lib), ("kernel module", kmod), ("package", pkg)) if x}
+    if len(set(seen.values())) > 1:
+        diffs.append(Difference(
+            "driver (three-way)", ", ".join(f"{k} {x}" for k, x in seen.items()),
+            "one version", "reboot if the package is newer than the loaded module"))
+    installed = kmod or lib or pkg
+    blocked = {b.version: b.reason for b in matrix.policy.blocked if b.component == "driver"}
+    release: Release | None = None
+    if installed is None:
+        diffs.append(Difference("driver", "unknown (no NVML, kernel module or package)",
+                                golden.driver.version if golden else "a golden driver"))
+    else:
+        release = next((r for r in allowed if r.driver.version == installed), None)
+        if installed in blocked:
+            diffs.append(Difference("driver", installed, "not a blocked version",
+                                    f"blocked: {blocked[installed]}"))
+        if release is None and golden is not None:
+            others = sorted({r.driver.version for r in allowed} - {golden.driver.version})
+            diffs.append(Difference(
+                "driver", installed, golden.driver.version,
+                f"golden {golden.name}" + (f"; also allowed: {', '.join(others)}"
+                                            if others else "")))
+    target = release or golden
+    if target is not None:
+        diffs.extend(_release_differences(facts, target, osf, inp.unattended_excluded, notes,
+                                          matrix))
+    out.release = release.name if release else None
+    out.conformant = not diffs
+    if out.behind_golden:
+        notes.append(f"on allowed release {out.release}; the pool's golden is {out.golden}")
+    return out
+
+
+def _release_differences(
+    facts: HostFacts, release: Release, osf: OsFamily,
+    unattended: frozenset[str] | None, notes: list[str], matrix: Matrix,
+) -> list[Difference]:
+    diffs: list[Difference] = []
+    specs = release.packages(osf)
+    pk = facts.versions.packages
+    blocked = {(b.component, b.version): b.reason for b in matrix.policy.blocked}
+    if pk is None:
+        reason = facts.versions.unreadable.get("packages", "not reported by the probe")
+        diffs.append(Difference("packages", f"unknown ({reason})",
+                                f"{len(specs)} packages of {release.name} installed and held"))
+        if facts.versions.toolkits is not None:
+            found = [t.version for t in facts.versions.toolkits]
+            if not any(t == release.cuda or t.startswith(release.cuda + ".")
+                       or release.cuda.startswith(t + ".") for t in found):
+                diffs.append(Difference("cuda", ", ".join(found) or "none", release.cuda))
+    else:
+        for spec in specs:
+            p = pk.get(spec.name)
+            if p is None:
+                diffs.append(Difference(spec.component, "not installed", spec.version,
+                                        spec.name))
+                continue
+            have = upstream_of(p.version)
+            if have != spec.version:
+                diffs.append(Difference(spec.component, have, spec.version, spec.name))
+            if (spec.component, have) in blocked:
+                diffs.append(Difference(spec.component, have, "not a blocked version",
+                                        f"blocked: {blocked[(spec.component, have)]}"))
+            if not p.held:
+                what = "apt-mark hold" if osf == "debian" else "versionlock"
+                diffs.append(Difference(f"{spec.name} hold", "not held", "held", what))
+    kernel = facts.identity.kernel if facts.identity else None
+    constraint = release.companions.kernel
+    if constraint and kernel:
+        try:
+            kv = kernel_release_version(kernel)
+        except ValueError:
+            kv = None
+        if kv is None or not satisfies(kv, constraint):
+            diffs.append(Difference("kernel", kernel, constraint))
+    if osf == "debian":
+        if unattended is None:
+            notes.append("unattended-upgrades exclusion not reported by the probe: not verified")
+        else:
+            missing = sorted(s.name for s in specs if s.name not in unattended)
+            if missing:
+                diffs.append(Difference("unattended-upgrades", "not excluded: "
+                                        + ", ".join(missing), "excluded"))
+    return diffs
+
+
+def audit(inputs: Iterable[DriftInput], matrix: Matrix) -> list[HostDrift]:
+    """Every host's verdict, by pool then name."""
+    return sorted((audit_host(i, matrix) for i in inputs), key=lambda d: (d.pool or "", d.host))
+
+
+def summarize(drifts: Iterable[HostDrift]) -> Mapping[str, Any]:
+    rows = list(drifts)
+    return {
+        "hosts": len(rows),
+        "conformant": sum(d.conformant for d in rows),
+        "non_conformant": sum(not d.conformant for d in rows),
+        "unreachable": sum(not d.reachable for d in rows),
+        "behind_golden": sum(d.behind_golden for d in rows),
+    }

@@ -1,0 +1,556 @@
+"""Error-counter trends over weeks: ECC, page retirement, row remapping, PCIe replay, AER and Xid.
+
+Pure: sample rows in, flags out, `now` passed in. The weekly hygiene job feeds it from the
+history (`fleet.history.store.iter_gpu_series`), which streams one tuple per sample in the column
+order of `SERIES_FIELDS`, grouped by GPU and ordered by time. Tuples, not objects: the scale
+target is 10,000 hosts x 8 GPUs x 52 weeks in under 10 s.
+
+Counters and resets. Most counters are cumulative: aggregate ECC (InfoROM, lifetime), retired pages
+and remapped rows (persistent), volatile ECC and the PCIe replay counter (since driver load), AER
+sysfs counters (since boot). A counter that goes *down* was reset (driver reload, reboot, GPU
+reset), so the growth over that interval is the new value itself (it restarted from zero), never a
+negative delta. A changed GPU UUID at the same host and index means the board was swapped: its
+counters start a new series. `xid_counts` are already per-probe deltas (the probe reads the kernel
+log from the previous cursor), so they are summed, not differenced.
+
+Weeks. The window is the last `window_weeks` weeks before `now`; bucket `window_weeks - 1` is the
+most recent. A delta is credited to the weeks its interval overlaps, in proportion, so a missed
+weekly probe does not look like a doubling.
+
+Thresholds come from the matrix (`Thresholds`, DCGM / NHC practice, shared/reference/nvidia.md
+§3-4); the trend-shape knobs (window, growth floor, doubling factor) are `TrendSettings`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any, Literal
+
+from fleet.domain.checks.xid import xid_catalog
+from fleet.domain.matrix.models import Thresholds
+
+WEEK_S = 7 * 24 * 3600.0
+
+SERIES_FIELDS: tuple[str, ...] = (
+    "t",  # epoch seconds (float)
+    "uuid",
+    "ecc_corrected_volatile",
+    "ecc_uncorrected_volatile",
+    "ecc_corrected_aggregate",
+    "ecc_uncorrected_aggregate",
+    "retired_sbe",
+    "retired_dbe",
+    "retired_pending",
+    "remapped_corrected",
+    "remapped_uncorrected",
+    "remapped_pending",
+    "remapped_failure",
+    "pcie_replay",
+    "aer_corrected",
+    "aer_nonfatal",
+    "aer_fatal",
+    "xid_counts",  # JSON text or dict: {"79": 2}
+)
+"""Column order of one sample row as `analyze_gpu` reads it."""
+
+(T, UUID, ECC_CV, ECC_UV, ECC_CA, ECC_UA, RET_SBE, RET_DBE, RET_PEND, REM_C, REM_U, REM_PEND,
+ REM_FAIL, REPLAY, AER_C, AER_NF, AER_F, XID) = range(len(SERIES_FIELDS))
+
+Severity = Literal["warn", "fail"]
+FlagKind = Literal[
+    "ecc_corrected_rate", "ecc_corrected_rising", "ecc_uncorrectable", "retired_pages_growing",
+    "retired_pages_limit", "retired_dbe_weekly", "remapped_rows_growing",
+    "remapped_rows_limit", "remap_pending", "remap_failure", "pcie_replay_storm",
+    "aer_correctable_storm", "aer_uncorrectable", "xid",
+]
+
+
+@dataclass(frozen=True)
+class TrendSettings:
+    """Shape of a trend (the limits themselves are the matrix's `Thresholds`)."""
+
+    window_weeks: int = 4
+    """Weeks the slope and the weekly counts cover."""
+    min_weeks: int = 3
+    """Weeks with data needed before growth (slope, doubling) is judged."""
+    growth_floor_share: float = 0.1
+    """Corrected ECC growth is judged only when the latest week reaches this share of
+    `ecc_corrected_per_week_max`: noise of a few errors a week never 'doubles' into an alert."""
+    doubling_factor: float = 2.0
+    """The latest week at or above this multiple of the earlier weeks' mean is 'rising'."""
+    relative_slope_min: float = 0.25
+    """... or the least-squares slope at or above this share of the window mean per week."""
+    aer_min_weekly: int = 100
+    """Correctable AER errors a week below which no storm is called, whatever the median."""
+    replay_min_weekly: int = 1000
+    """PCIe replays a week below which no storm is called, whatever the median."""
+    xid_quarantine_repeats: int = 2
+    """A failing-class Xid seen this often in the window proposes quarantine."""
+    xid_warn_repeats: int = 5
+    """A warning-class Xid seen this often in one week is flagged."""
+
+    @property
+    def lookback_s(self) -> float:
+        """How far back to read: the window plus one more week for the baseline sample."""
+        return (self.window_weeks + 1) * WEEK_S
+
+
+@dataclass(frozen=True)
+class TrendFlag:
+    kind: FlagKind
+    severity: Severity
+    message: str
+    quarantine: bool = False
+    """Whether this flag alone justifies proposing quarantine."""
+    value: float | None = None
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "severity": self.severity, "message": self.message,
+                "quarantine": self.quarantine, "value": self.value, "details": dict(self.details)}
+
+
+@dataclass
+class GpuTrend:
+    """One GPU's weekly picture over the window; `flags` empty means healthy."""
+
+    host: str
+    pool: str
+    gpu_index: int
+    uuid: str | None
+    platform: str = ""
+    weeks_with_data: int = 0
+    ecc_corrected_weekly: list[float] = field(default_factory=list)
+    ecc_corrected_slope: float = 0.0
+    ecc_uncorrected_new: float = 0.0
+    aer_corrected_weekly: list[float] = field(default_factory=list)
+    replay_weekly: list[float] = field(default_factory=list)
+    xid_by_class_weekly: dict[str, list[int]] = field(default_factory=dict)
+    xid_counts: dict[int, int] = field(default_factory=dict)
+    latest: dict[str, Any] = field(default_factory=dict)
+    flags: list[TrendFlag] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return f"{self.host} GPU {self.gpu_index}"
+
+    @property
+    def severity(self) -> str:
+        if any(f.severity == "fail" for f in self.flags):
+            return "fail"
+        return "warn" if self.flags else "ok"
+
+    def score(self) -> float:
+        """Ranking for 'worst GPUs': failures first, then by corrected ECC last week."""
+        rank = {"fail": 2, "warn": 1, "ok": 0}[self.severity]
+        last = self.ecc_corrected_weekly[-1] if self.ecc_corrected_weekly else 0.0
+        return rank * 1e12 + len(self.flags) * 1e9 + last
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "host": self.host, "pool": self.pool, "gpu_index": self.gpu_index,
+            "uuid": self.uuid, "platform": self.platform,
+            "weeks_with_data": self.weeks_with_data, "severity": self.severity,
+            "ecc_corrected_weekly": [round(v, 3) for v in self.ecc_corrected_weekly],
+            "ecc_corrected_slope": round(self.ecc_corrected_slope, 3),
+            "ecc_uncorrected_new": self.ecc_uncorrected_new,
+            "aer_corrected_weekly": [round(v, 3) for v in self.aer_corrected_weekly],
+            "pcie_replay_weekly": [round(v, 3) for v in self.replay_weekly],
+            "xid_by_class_weekly": self.xid_by_class_weekly,
+            "xid_counts": {str(k): v for k, v in sorted(self.xid_counts.items())},
+            "latest": self.latest,
+            "flags": [f.as_dict() for f in self.flags],
+        }
+
+
+@dataclass
+class HostTrend:
+    host: str
+    pool: str
+    gpus: list[GpuTrend] = field(default_factory=list)
+
+    @property
+    def flags(self) -> list[tuple[int, TrendFlag]]:
+        return [(g.gpu_index, f) for g in self.gpus for f in g.flags]
+
+    @property
+    def severity(self) -> str:
+        sev = {g.severity for g in self.gpus}
+        return "fail" if "fail" in sev else "warn" if "warn" in sev else "ok"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"host": self.host, "pool": self.pool, "severity": self.severity,
+                "flags": [{"gpu_index": i, **f.as_dict()} for i, f in self.flags]}
+
+
+@dataclass
+class TrendReport:
+    now: float
+    settings: TrendSettings
+    gpus: list[GpuTrend]
+    medians: dict[str, dict[str, float]]
+    """Per platform: median weekly AER corrected and PCIe replay (the storm baselines)."""
+
+    def hosts(self) -> list[HostTrend]:
+        by: dict[str, HostTrend] = {}
+        for g in self.gpus:
+            h = by.get(g.host)
+            if h is None:
+                h = by[g.host] = HostTrend(g.host, g.pool)
+            h.gpus.append(g)
+        return [by[k] for k in sorted(by)]
+
+    def flagged(self) -> list[GpuTrend]:
+        return [g for g in self.gpus if g.flags]
+
+    def worst(self, n: int = 10) -> list[GpuTrend]:
+        return sorted(self.flagged(), key=lambda g: (-g.score(), g.host, g.gpu_index))[:n]
+
+    def pool_weekly(self) -> dict[str, dict[str, list[float]]]:
+        """Per pool, the weekly sums of corrected ECC, AER corrected and Xid (for the charts)."""
+        k = self.settings.window_weeks
+        out: dict[str, dict[str, list[float]]] = {}
+        for g in self.gpus:
+            p = out.setdefault(g.pool, {"ecc_corrected": [0.0] * k, "aer_corrected": [0.0] * k,
+                                        "xid": [0.0] * k})
+            for key, series in (("ecc_corrected", g.ecc_corrected_weekly),
+                                ("aer_corrected", g.aer_corrected_weekly)):
+                for i, v in enumerate(series):
+                    p[key][i] += v
+            for weekly in g.xid_by_class_weekly.values():
+                for i, v in enumerate(weekly):
+                    p["xid"][i] += v
+        return {k2: out[k2] for k2 in sorted(out)}
+
+
+# ------------------------------------------------------------------------------ arithmetic
+def slope(values: Sequence[float]) -> float:
+    """Least-squares slope of values against 0..n-1 (per step); 0 for fewer than two points."""
+    n = len(values)
+    if n < 2:
+        return 0.0
+    xm = (n - 1) / 2.0
+    ym = sum(values) / n
+    num = sum((i - xm) * (v - ym) for i, v in enumerate(values))
+    den = sum((i - xm) ** 2 for i in range(n))
+    return num / den
+
+
+def counter_delta(prev: float | None, cur: float | None) -> float:
+    """Growth of a cumulative counter between two readings; a drop is a reset (growth = cur)."""
+    if prev is None or cur is None:
+        return 0.0
+    return cur - prev if cur >= prev else cur
+
+
+def _bucket(t: float, start: float, k: int) -> int:
+    """The week of a sample at `t`: bucket i covers (start + i weeks, start + i+1 weeks]."""
+    return min(k - 1, max(0, math.ceil((t - start) / WEEK_S) - 1))
+
+
+def _spread(weekly: list[float], delta: float, t0: float, t1: float, start: float) -> None:
+    """Credit `delta` (over (t0, t1]) to the weekly buckets it overlaps, in proportion."""
+    k = len(weekly)
+    end = start + k * WEEK_S
+    if t1 <= start or delta == 0:
+        return
+    b1 = _bucket(t1, start, k) if t1 < end else k - 1
+    if t0 >= start and int((t0 - start) // WEEK_S) == b1:
+        weekly[b1] += delta
+        return
+    span = t1 - t0
+    if span <= 0:
+        weekly[b1] += delta
+        return
+    lo = max(t0, start)
+    b = max(0, int((lo - start) // WEEK_S))
+    while b <= b1:
+        w0 = start + b * WEEK_S
+        w1 = w0 + WEEK_S
+        overlap = min(t1, w1) - max(lo, w0)
+        if overlap > 0:
+            weekly[b] += delta * overlap / span
+        b += 1
+
+
+@cache
+def _xid_classes() -> dict[int, str]:
+    return {i: x.xid_class for i, x in xid_catalog().items()}
+
+
+def _xid_dict(raw: Any) -> dict[str, int]:
+    if not raw:
+        return {}
+    if isinstance(raw, str):
+        if raw == "{}":
+            return {}
+        raw = json.loads(raw)
+    return {str(k): int(v) for k, v in dict(raw).items()}
+
+
+def _sum2(a: Any, b: Any) -> int | None:
+    if a is None and b is None:
+        return None
+    return (a or 0) + (b or 0)
+
+
+# ------------------------------------------------------------------------------ one GPU
+def analyze_gpu(
+    host: str,
+    pool: str,
+    gpu_index: int,
+    rows: Sequence[Sequence[Any]],
+    *,
+    now: float,
+    thresholds: Thresholds,
+    settings: TrendSettings = TrendSettings(),
+    platform: str = "",
+) -> GpuTrend:
+    """The weekly picture and per-GPU flags of one GPU's samples (oldest first).
+
+    Fleet-relative flags (AER and replay storms against the platform median) are added by
+    `analyze`; this sets the per-GPU ones.
+    """
+    k = settings.window_weeks
+    start = now - k * WEEK_S
+    # A swapped board (new UUID) starts a new series: keep only the current board's samples.
+    if rows:
+        cur_uuid = rows[-1][UUID]
+        if cur_uuid is not None and rows[0][UUID] != cur_uuid:
+            i = len(rows) - 1
+            while i > 0 and rows[i - 1][UUID] == cur_uuid:
+                i -= 1
+            rows = rows[i:]
+    rows = [r for r in rows if r[T] <= now]
+    trend = GpuTrend(host, pool, gpu_index, rows[-1][UUID] if rows else None, platform=platform)
+    ecc = [0.0] * k
+    ecc_unc = [0.0] * k
+    aer = [0.0] * k
+    aer_unc = [0.0] * k
+    replay = [0.0] * k
+    retired = [0.0] * k
+    retired_dbe = [0.0] * k
+    remapped = [0.0] * k
+    xid_weekly: dict[int, list[int]] = {}
+    weeks_seen: set[int] = set()
+    # Corrected/uncorrected ECC: the lifetime (aggregate) counter when the GPU reports it, since
+    # the volatile one resets on every driver reload; volatile otherwise.
+    use_agg_c = any(r[ECC_CA] is not None for r in rows)
+    use_agg_u = any(r[ECC_UA] is not None for r in rows)
+    ci = ECC_CA if use_agg_c else ECC_CV
+    ui = ECC_UA if use_agg_u else ECC_UV
+    prev: Sequence[Any] | None = None
+    last_known: dict[int, Any] = {}
+    for r in rows:
+        t = r[T]
+        if t > start:
+            b = _bucket(t, start, k)
+            weeks_seen.add(b)
+            xraw = r[XID]
+            if xraw and xraw != "{}":
+                for key, n in _xid_dict(xraw).items():
+                    xid_weekly.setdefault(int(key), [0] * k)[b] += n
+        if prev is not None and r[ECC_CV:XID] == prev[ECC_CV:XID]:
+            prev = r  # no counter moved: nothing to credit or remember (the common case)
+            continue
+        if prev is not None and t > start:
+            t0 = prev[T]
+            for idx, bucket in ((ci, ecc), (ui, ecc_unc), (AER_C, aer), (REPLAY, replay)):
+                before = last_known.get(idx)
+                now_v = r[idx]
+                if now_v is not None and before is not None and now_v != before:
+                    _spread(bucket, counter_delta(before, now_v), t0, t, start)
+            for pair, bucket in (((RET_SBE, RET_DBE), retired), ((REM_C, REM_U), remapped),
+                                 ((AER_NF, AER_F), aer_unc)):
+                before_s = _sum2(last_known.get(pair[0]), last_known.get(pair[1]))
+                now_s = _sum2(r[pair[0]], r[pair[1]])
+                if now_s is not None and before_s is not None and now_s != before_s:
+                    _spread(bucket, counter_delta(before_s, now_s), t0, t, start)
+            b_dbe = last_known.get(RET_DBE)
+            if r[RET_DBE] is not None and b_dbe is not None and r[RET_DBE] != b_dbe:
+                _spread(retired_dbe, counter_delta(b_dbe, r[RET_DBE]), t0, t, start)
+        for idx in (ci, ui, AER_C, REPLAY, RET_SBE, RET_DBE, REM_C, REM_U, AER_NF, AER_F):
+            if r[idx] is not None:
+                last_known[idx] = r[idx]
+        prev = r
+    trend.weeks_with_data = len(weeks_seen)
+    trend.ecc_corrected_weekly = ecc
+    trend.aer_corrected_weekly = aer
+    trend.replay_weekly = replay
+    trend.ecc_uncorrected_new = sum(ecc_unc)
+    classes = _xid_classes()
+    by_class: dict[str, list[int]] = {}
+    for xid, weekly in xid_weekly.items():
+        cls = classes.get(xid, "unknown")
+        acc = by_class.setdefault(cls, [0] * k)
+        for i, v in enumerate(weekly):
+            acc[i] += v
+        trend.xid_counts[xid] = sum(weekly)
+    trend.xid_by_class_weekly = {c: by_class[c] for c in sorted(by_class)}
+    last = rows[-1] if rows else None
+    if last is not None:
+        trend.latest = {
+            "ecc_corrected_aggregate": last[ECC_CA], "ecc_uncorrected_aggregate": last[ECC_UA],
+            "ecc_uncorrected_volatile": last[ECC_UV], "retired_sbe": last[RET_SBE],
+            "retired_dbe": last[RET_DBE], "retired_pending": last[RET_PEND],
+            "remapped_corrected": last[REM_C], "remapped_uncorrected": last[REM_U],
+            "remapped_pending": last[REM_PEND], "remapped_failure": last[REM_FAIL],
+        }
+    th, st = thresholds, settings
+    flags = trend.flags
+
+    # ---- corrected ECC: weekly rate and growth
+    trend.ecc_corrected_slope = slope(ecc)
+    if ecc[-1] > th.ecc_corrected_per_week_max:
+        flags.append(TrendFlag(
+            "ecc_corrected_rate", "warn",
+            f"{ecc[-1]:.0f} corrected ECC errors last week (limit "
+            f"{th.ecc_corrected_per_week_max}/week)", quarantine=True, value=ecc[-1]))
+    if trend.weeks_with_data >= st.min_weeks:
+        floor = th.ecc_corrected_per_week_max * st.growth_floor_share
+        earlier = ecc[:-1]
+        mean_earlier = sum(earlier) / len(earlier) if earlier else 0.0
+        mean_all = sum(ecc) / k
+        doubling = ecc[-1] >= st.doubling_factor * max(mean_earlier, 1.0)
+        steep = trend.ecc_corrected_slope >= st.relative_slope_min * max(mean_all, 1.0)
+        if ecc[-1] >= floor and trend.ecc_corrected_slope > 0 and (doubling or steep):
+            ratio = ecc[-1] / mean_earlier if mean_earlier else math.inf
+            flags.append(TrendFlag(
+                "ecc_corrected_rising", "warn",
+                f"corrected ECC rising: {', '.join(f'{v:.0f}' for v in ecc)} per week "
+                f"(slope {trend.ecc_corrected_slope:+.0f}/week"
+                + (f", x{ratio:.1f} the earlier weeks" if math.isfinite(ratio) else "") + ")",
+                quarantine=True, value=trend.ecc_corrected_slope,
+                details={"weekly": [round(v, 1) for v in ecc],
+                         "ratio": round(ratio, 2) if math.isfinite(ratio) else None}))
+    # ---- uncorrectable ECC
+    unc_volatile = last[ECC_UV] if last is not None else None
+    if trend.ecc_uncorrected_new > th.ecc_uncorrectable_max or (
+            unc_volatile is not None and unc_volatile > th.ecc_uncorrectable_max):
+        n_unc = max(trend.ecc_uncorrected_new, float(unc_volatile or 0))
+        flags.append(TrendFlag(
+            "ecc_uncorrectable", "fail",
+            f"{n_unc:.0f} uncorrectable ECC error(s) in the last {k} weeks (drain and reset; "
+            "field diag if it repeats)", quarantine=True, value=n_unc))
+    # ---- page retirement (pre-Ampere)
+    if sum(retired) > 0:
+        flags.append(TrendFlag(
+            "retired_pages_growing", "warn",
+            f"{sum(retired):.0f} page(s) retired in the last {k} weeks", value=sum(retired)))
+    if last is not None:
+        retired_total = _sum2(last[RET_SBE], last[RET_DBE])
+        if retired_total is not None and retired_total >= th.retired_pages_limit:
+            flags.append(TrendFlag(
+                "retired_pages_limit", "fail",
+                f"{retired_total} retired pages (limit {th.retired_pages_limit}): RMA triage",
+                quarantine=True, value=float(retired_total)))
+        dbe = last[RET_DBE]
+        if dbe is not None and dbe > th.retired_pages_dbe_max and retired_dbe[-1] > 1:
+            flags.append(TrendFlag(
+                "retired_dbe_weekly", "fail",
+                f"{dbe} DBE retired pages and {retired_dbe[-1]:.0f} new last week (DCGM: more "
+                f"than {th.retired_pages_dbe_max} and more than 1 a week)",
+                quarantine=True, value=retired_dbe[-1]))
+    # ---- row remapping (Ampere+)
+    if sum(remapped) > 0:
+        flags.append(TrendFlag(
+            "remapped_rows_growing", "warn",
+            f"{sum(remapped):.0f} row(s) remapped in the last {k} weeks", value=sum(remapped)))
+    if last is not None:
+        if last[REM_U] is not None and last[REM_U] >= th.remapped_rows_uncorrectable_limit:
+            flags.append(TrendFlag(
+                "remapped_rows_limit", "fail",
+                f"{last[REM_U]} uncorrectable remapped rows (limit "
+                f"{th.remapped_rows_uncorrectable_limit}): RMA triage", quarantine=True,
+                value=float(last[REM_U])))
+        if last[REM_FAIL]:
+            flags.append(TrendFlag(
+                "remap_failure", "fail" if th.fail_on_remap_failure else "warn",
+                "row remapping failure: NVIDIA's RMA criterion (field diag, then RMA)",
+                quarantine=True))
+        if last[REM_PEND]:
+            flags.append(TrendFlag(
+                "remap_pending", "fail" if th.fail_on_remap_pending else "warn",
+                "row remap pending: reset the GPU at the next window to apply it"))
+    # ---- uncorrectable AER on the link
+    unc = sum(aer_unc)
+    if unc > th.aer_uncorrectable_max:
+        flags.append(TrendFlag(
+            "aer_uncorrectable", "fail",
+            f"{unc:.0f} uncorrectable PCIe AER error(s) in the last {k} weeks (the nvidia driver "
+            "cannot recover from them)", quarantine=True, value=unc))
+    # ---- Xid by class
+    info = xid_catalog()
+    for xid in sorted(xid_weekly):
+        weekly = xid_weekly[xid]
+        x = info.get(xid)
+        total = sum(weekly)
+        name = f"Xid {xid}" + (f" ({x.name})" if x else "")
+        if x is not None and x.severity == "fail":
+            flags.append(TrendFlag(
+                "xid", "fail",
+                f"{name} x{total} in the last {k} weeks ({x.xid_class}; {x.remediation})",
+                quarantine=total >= st.xid_quarantine_repeats, value=float(total),
+                details={"xid": xid, "class": x.xid_class, "weekly": weekly}))
+        elif (x is None or x.severity == "warn") and max(weekly) >= st.xid_warn_repeats:
+            flags.append(TrendFlag(
+                "xid", "warn", f"{name} x{max(weekly)} in one week",
+                value=float(max(weekly)),
+                details={"xid": xid, "class": x.xid_class if x else "unknown",
+                         "weekly": weekly}))
+    return trend
+
+
+# ------------------------------------------------------------------------------ the fleet
+SeriesKey = tuple[str, str, int, str]
+"""(host, pool, gpu_index, platform) of one GPU's series."""
+
+
+def analyze(
+    series: Iterable[tuple[SeriesKey, Sequence[Sequence[Any]]]],
+    *,
+    now: float,
+    thresholds: Thresholds,
+    settings: TrendSettings = TrendSettings(),
+) -> TrendReport:
+    """Per-GPU trends for every series, then the fleet-relative storm flags per platform."""
+    gpus = [
+        analyze_gpu(host, pool, idx, rows, now=now, thresholds=thresholds, settings=settings,
+                    platform=platform)
+        for (host, pool, idx, platform), rows in series
+    ]
+    medians: dict[str, dict[str, float]] = {}
+    by_platform: dict[str, list[GpuTrend]] = defaultdict(list)
+    for g in gpus:
+        by_platform[g.platform].append(g)
+    factor = thresholds.aer_correctable_fleet_factor
+    for platform, members in sorted(by_platform.items()):
+        aer_med = statistics.median(g.aer_corrected_weekly[-1] for g in members)
+        rep_med = statistics.median(g.replay_weekly[-1] for g in members)
+        medians[platform or "-"] = {"aer_corrected_weekly": aer_med, "pcie_replay_weekly": rep_med}
+        aer_limit = max(factor * aer_med, float(settings.aer_min_weekly))
+        rep_limit = max(factor * rep_med, float(settings.replay_min_weekly))
+        for g in members:
+            a = g.aer_corrected_weekly[-1]
+            if a > aer_limit:
+                g.flags.append(TrendFlag(
+                    "aer_correctable_storm", "warn",
+                    f"{a:.0f} correctable AER errors on its link last week, over {factor:g}x "
+                    f"the {platform or 'fleet'} median ({aer_med:.0f}): check the slot, riser "
+                    "and cable", quarantine=True, value=a,
+                    details={"median": aer_med, "limit": aer_limit}))
+            r = g.replay_weekly[-1]
+            if r > rep_limit:
+                g.flags.append(TrendFlag(
+                    "pcie_replay_storm", "warn",
+                    f"{r:.0f} PCIe replays last week, over {factor:g}x the "
+                    f"{platform or 'fleet'} median ({rep_med:.0f})", value=r,
+                    details={"median": rep_med, "limit": rep_limit}))
+    gpus.sort(key=lambda g: (g.pool, g.host, g.gpu_index))
+    return TrendReport(now=now, settings=settings, gpus=gpus, medians=medians)
