@@ -3,8 +3,10 @@
     pyinfra inventories/lab.py fact server.Hostname
     pyinfra inventories/lab.py playbooks/... --limit canary
 
-Groups: canary, wave1, wave2, ... (and lab, all hosts). Host data: ssh settings with strict host-key
-checking against the lab's known_hosts, gpu_model, gpu_count, unit (rack / NVLink domain), pool.
+Groups: each host's matrix pool (by GPU model: h100-canary, h100, a100 and l40s with the example
+matrix), the rehearsal waves canary, wave1, wave2, ..., and lab (all hosts). Host data: ssh
+settings with strict host-key checking against the lab's known_hosts, gpu_model, gpu_count, unit
+(rack / NVLink domain), pool, wave.
 The lab's run directory is $FLEET_LAB_DIR (default /run/fleet-lab).
 """
 
@@ -32,6 +34,7 @@ for _h in _lab["hosts"]:
             "ssh_strict_host_key_checking": "yes",
             "lab_name": _h["name"],
             "pool": _h["pool"],
+            "wave": _h.get("wave", ""),
             "gpu_model": _h["gpu_model"],
             "gpu_count": _h["gpu_count"],
             "unit": _h["unit"],
@@ -39,5 +42,7 @@ for _h in _lab["hosts"]:
     )
     lab.append(_entry)
     _groups.setdefault(_h["pool"], []).append(_entry)
+    if _h.get("wave") and _h["wave"] != _h["pool"]:
+        _groups.setdefault(_h["wave"], []).append(_entry)
 
 globals().update(_groups)

@@ -121,7 +121,7 @@ def status_cmd(
         t.add_row(
             h["name"],
             h["address"],
-            h["pool"],
+            f"{h['pool']} ({h['wave']})" if h.get("wave") else h["pool"],
             f"{h['gpu_count']}x{h['gpu_model']}",
             "yes" if h["ssh"] else "no",
             h["module_loaded"] or "-",

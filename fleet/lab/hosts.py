@@ -507,6 +507,7 @@ def lab_links() -> list[str]:
 
 
 def teardown_net(state: LabState | None) -> None:
+    """Remove the netns lab's network (the caller skips loopback labs, which own none)."""
     # delete our veths first: a namespace can outlive its last process for minutes while orphaned
     # TCP sockets time out, and it would keep the pair (and its address) alive until then
     for link in lab_links():

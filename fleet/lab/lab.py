@@ -51,12 +51,14 @@ class UpConfig:
     timeout: float = 60.0
 
 
-def load_releases(path: Path) -> tuple[list[Any], str]:
-    """The matrix's releases and its golden (default) release name."""
+def load_releases(path: Path) -> tuple[list[Any], str, dict[str, tuple[str | None, bool]]]:
+    """The matrix's releases, its golden (default) release name, and its pools as
+    {pool: (gpu_model, canary)} so lab hosts land in the pools the matrix knows."""
     from fleet.domain.matrix.loader import load_matrix
 
     matrix = load_matrix(path).matrix
-    return list(matrix.releases), matrix.policy.golden.default
+    pools = {name: (p.gpu_model, p.canary) for name, p in matrix.pools.items()}
+    return list(matrix.releases), matrix.policy.golden.default, pools
 
 
 def is_up(paths: LabPaths) -> bool:
@@ -79,7 +81,7 @@ def up(paths: LabPaths, cfg: UpConfig, progress: Progress = _quiet) -> LabState:
         raise BadInput.single(f"a lab is already up in {paths.run}; run `fleet lab down` first")
     if paths.run.exists():
         down(paths)  # leftovers of a crashed lab
-    releases, golden = load_releases(cfg.matrix)
+    releases, golden, pools = load_releases(cfg.matrix)
     names = [r.name for r in releases]
     unknown = [n for n in cfg.perf if n not in names]
     if unknown:
@@ -95,7 +97,7 @@ def up(paths: LabPaths, cfg: UpConfig, progress: Progress = _quiet) -> LabState:
         )
     if cfg.mode == "netns":
         H.check_subnet()
-    hosts = plan_hosts(cfg.hosts, cfg.mode)
+    hosts = plan_hosts(cfg.hosts, cfg.mode, pools)
     steps = 6
     t0 = time.monotonic()
     try:
@@ -281,6 +283,10 @@ def down(paths: LabPaths) -> list[str]:
     state = None
     with contextlib.suppress(FileNotFoundError, ValueError, TypeError, KeyError):
         state = LabState.load(paths.state_file)
+    if state is None and not paths.run.exists():
+        return []  # never up, or already down: touch nothing (another lab may be up)
+    # a loopback lab owns no network; a netns lab, or a crashed `up` with no state, owns the bridge
+    network = state is None or state.mode != "loopback"
     pid = _daemon_pid(paths)
     if pid is not None:
         os.kill(pid, signal.SIGTERM)
@@ -300,17 +306,20 @@ def down(paths: LabPaths) -> list[str]:
                     os.kill(p, signal.SIGKILL)
             time.sleep(0.2)
         umount_all(paths.run)
-    H.teardown_net(state)
-    left = leftovers(paths)
+    if network:
+        H.teardown_net(state)
+    left = leftovers(paths, network)
     if not left and paths.run.exists():
         shutil.rmtree(paths.run, ignore_errors=True)
     return left
 
 
-def leftovers(paths: LabPaths) -> list[str]:
+def leftovers(paths: LabPaths, network: bool = True) -> list[str]:
     left = [f"mount {m}" for m in mounts_under(paths.run)] if paths.run.exists() else []
     if paths.run.exists():
         left += [f"process {p}" for p in _lab_processes(paths.run)]
+    if not network:
+        return left
     cp = run(["ip", "netns", "list"], check=False)
     left += [
         f"netns {ln.split()[0]}"
@@ -360,6 +369,7 @@ def status(paths: LabPaths) -> dict[str, Any]:
                 "name": h.name,
                 "address": h.address,
                 "pool": h.pool,
+                "wave": h.wave,
                 "gpu_model": h.gpu_model,
                 "gpu_count": h.gpu_count,
                 "unit": h.unit,

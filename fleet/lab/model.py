@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -134,6 +135,7 @@ class HostSpec:
     port: int = 22
     netns: str | None = None
     veth: str | None = None
+    wave: str = ""  # lab rehearsal group: canary, wave1, wave2, ...
 
     @property
     def hostname(self) -> str:
@@ -157,10 +159,27 @@ def pools_for(n: int) -> list[str]:
     return out
 
 
-def plan_hosts(n: int, mode: Mode) -> list[HostSpec]:
+def matrix_pool(model: str, pools: Mapping[str, tuple[str | None, bool]],
+                taken: set[str]) -> str | None:
+    """The matrix pool for a host of `model`: its model's canary pool until that has a host,
+    then its model's other pool. `pools` maps pool name to (gpu_model, canary)."""
+    mine = [(name, canary) for name, (gpu, canary) in sorted(pools.items())
+            if gpu is not None and model.upper().startswith(gpu.upper())]
+    for name, canary in sorted(mine, key=lambda p: not p[1]):
+        if canary and name in taken:
+            continue
+        return name
+    return mine[0][0] if mine else None
+
+
+def plan_hosts(n: int, mode: Mode,
+               pools: Mapping[str, tuple[str | None, bool]] | None = None) -> list[HostSpec]:
+    """Hosts with a GPU mix, a rehearsal wave, and the matrix pool of their GPU model (the
+    wave name when the matrix has no pool for the model)."""
     if not 1 <= n <= MAX_HOSTS:
         raise ValueError(f"host count must be 1..{MAX_HOSTS}")
-    pools = pools_for(n)
+    waves = pools_for(n)
+    taken: set[str] = set()
     hosts = []
     for i in range(1, n + 1):
         model = MIX[(i - 1) % len(MIX)]
@@ -170,7 +189,8 @@ def plan_hosts(n: int, mode: Mode) -> list[HostSpec]:
                 name=f"h{i}",
                 index=i,
                 address=addr,
-                pool=pools[i - 1],
+                pool=(matrix_pool(model, pools or {}, taken) or waves[i - 1]),
+                wave=waves[i - 1],
                 gpu_model=model,
                 gpu_count=PROFILES[model].count,
                 unit=f"rack{(i - 1) // 4 + 1}",
@@ -178,6 +198,7 @@ def plan_hosts(n: int, mode: Mode) -> list[HostSpec]:
                 veth=f"fleetv{i}" if mode == "netns" else None,
             )
         )
+        taken.add(hosts[-1].pool)
     return hosts
 
 

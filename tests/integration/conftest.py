@@ -1,4 +1,4 @@
-"""A small lab (3 hosts, netns) for the whole session, torn down at the end even on failure."""
+"""The lab for integration tests: 3 hosts (netns) for the whole session, torn down at the end."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from fleet.lab.paths import LabPaths
 from fleet.lab.repo import Perf
 from fleet.lab.sysutil import missing_tools
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 RUN_DIR = Path(os.environ.get("FLEET_LAB_TEST_DIR", "/run/fleet-lab-test"))
 
 
@@ -62,7 +62,15 @@ class Host:
         return self._client
 
     def sh(self, cmd: str, check: bool = True, timeout: float = 60) -> tuple[int, str, str]:
-        _, out, err = self.client().exec_command(cmd, timeout=timeout)
+        for attempt in (1, 2):
+            try:
+                _, out, err = self.client().exec_command(cmd, timeout=timeout)
+                break
+            except (paramiko.SSHException, OSError, EOFError):
+                # a connection from before a reboot can look active until its channel times out
+                self.close()
+                if attempt == 2:
+                    raise
         o, e = out.read().decode(), err.read().decode()
         # never recv_exit_status(): it waits forever when the host reboots before sending it
         if not out.channel.status_event.wait(timeout):

@@ -156,7 +156,8 @@ def test_fault_effects_use_real_formats() -> None:
 
 def test_pools_and_gpu_mix() -> None:
     hosts = plan_hosts(8, "netns")
-    assert [h.pool for h in hosts][:2] == ["canary", "wave1"]
+    assert [h.wave for h in hosts][:2] == ["canary", "wave1"]
+    assert [h.pool for h in hosts][:2] == ["canary", "wave1"]  # no matrix pools: the wave
     assert {h.gpu_model for h in hosts} == {"H100", "A100", "L40S"}
     assert [h.gpu_count for h in hosts if h.gpu_model == "L40S"][0] == 4
     assert len(set(h.address for h in plan_hosts(50, "loopback"))) == 50
@@ -167,3 +168,15 @@ def test_perf_flags() -> None:
     assert parse_perf(["r570=0.75:0.03"])["r570"] == repo.Perf(0.75, 0.03)
     with pytest.raises(BadInput):
         parse_perf(["r570", "x=0", "y=1:5"])
+
+
+def test_hosts_land_in_the_matrix_pool_of_their_gpu_model() -> None:
+    pools = {"h100-canary": ("H100", True), "h100": ("H100", False), "a100": ("A100", False),
+             "l40s": ("L40S", False)}
+    hosts = plan_hosts(8, "netns", pools)
+    by_model: dict[str, list[str]] = {}
+    for h in hosts:
+        by_model.setdefault(h.gpu_model, []).append(h.pool)
+    assert by_model["H100"][0] == "h100-canary"
+    assert set(by_model["H100"][1:]) == {"h100"}
+    assert set(by_model["A100"]) == {"a100"} and set(by_model["L40S"]) == {"l40s"}
