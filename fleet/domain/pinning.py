@@ -97,7 +97,8 @@ class PinPlan:
 
     @property
     def changed(self) -> bool:
-        return bool(self.steps)
+        """Work to do: steps to run, or a reboot still owed (the new module is not loaded)."""
+        return bool(self.steps) or self.reboot_required
 
 
 def upstream_of(distro_version: str) -> str:
@@ -173,12 +174,15 @@ def plan_pin(
     installed: Mapping[str, str],
     held: Iterable[str],
     files: Mapping[str, str | None],
+    loaded_module: str | None = None,
 ) -> PinPlan:
     """Steps that make the host hold exactly `wanted`; none when it already does.
 
     `installed` maps package name to its distro version; `held` names held (apt) or
     version-locked (dnf) packages; `files` gives the current content of the managed pin files
-    (None when absent).
+    (None when absent). `loaded_module` is the running kernel module's version when known: a
+    host whose packages are right but still runs another module owes a reboot (a pin that
+    crashed before its reboot, say).
     """
     _check(wanted)
     held = set(held)
@@ -188,6 +192,9 @@ def plan_pin(
     else:
         steps = _dnf_steps(wanted, changes, held)
     reboot = any(c.component in REBOOT_COMPONENTS for c in changes)
+    drivers = {w.version for w in wanted if w.component == "driver"}
+    if loaded_module is not None and drivers and loaded_module not in drivers:
+        reboot = True
     return PinPlan(os_family, tuple(changes), tuple(steps), reboot, dict(installed))
 
 

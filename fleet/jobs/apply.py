@@ -134,6 +134,8 @@ def pin_hosts(
             if not out.ok:
                 res.outcome = "unreachable" if not out.reachable else "failed"
                 res.error = out.error
+                if out.reachable:
+                    res.error = f"{out.error}; {_restore(backend, matrix, res)}"
             elif res.reboot_required:
                 rebooting.append(name)
         if rebooting:
@@ -160,6 +162,16 @@ def pin_hosts(
                      + (f" ({res.error})" if res.error else ""),
                      {**res.as_dict(), "reason": reason}, actor=actor, at=now())
     return [results[n] for n in targets]
+
+
+def _restore(backend: Backend, matrix: Matrix, res: HostApply) -> str:
+    """Put a host whose pin failed half-way back on the release it had (never reboot it)."""
+    if res.from_release is None:
+        return "no known previous release to restore: the host needs attention"
+    back = backend.apply([res.host], matrix.release(res.from_release))[res.host]
+    if back.ok:
+        return f"restored {res.from_release}"
+    return f"restoring {res.from_release} failed too: {back.error}"
 
 
 def _verify(backend: Backend, history: History, matrix: Matrix, release: Release,

@@ -934,6 +934,20 @@ def probe_nvidia_smi(h):
         return None, err("unparsable", e)
 
 
+_BOOT_LINE = re.compile(rb"kernel: \[\s*0\.\d+\] Linux version ")
+
+
+def current_boot(data):
+    """The part of a syslog kernel file since the last boot: kern.log keeps every boot, and a
+    first probe (no cursor) must not judge this boot by the last one's errors."""
+    last = None
+    for m in _BOOT_LINE.finditer(data):
+        last = m
+    if last is None:
+        return data
+    return data[data.rfind(b"\n", 0, last.start()) + 1 :]
+
+
 def read_kernel_log(h, since=None, mode="auto"):
     """Events since `since` (a cursor this probe returned before) and the new cursor."""
     kind = (since or "").split(":", 1)[0]
@@ -980,6 +994,8 @@ def read_kernel_log(h, since=None, mode="auto"):
                     data = f.read()
                 if start and not (kind == "file" and start == int(since.split(":")[2])):
                     data = data.split(b"\n", 1)[-1]  # drop a partial first line
+                if kind != "file":
+                    data = current_boot(data)
                 return (
                     src,
                     data.decode("utf-8", "replace"),

@@ -1,6 +1,7 @@
 """`Backend` over SSH: pyinfra for facts, pins and reboots; one connection round per call.
 
-A pyinfra State cannot run twice, so each call connects, does its one thing and disconnects.
+A pyinfra State cannot run twice, so each call loads the inventory afresh, connects, does its one
+thing and disconnects.
 Connecting 20 lab hosts costs about a second (spike figures), small next to an apt transaction.
 """
 
@@ -61,10 +62,13 @@ class SshBackend:
         return refs
 
     def _connect(self, names: Sequence[str]) -> Any:
+        """A fresh inventory per run: pyinfra keeps each host's operation order on the Host
+        object, so a second State over the same Host objects fails (KeyError in run_ops)."""
         unknown = [n for n in names if n not in self._hosts]
         if unknown:
             raise KeyError(f"not in the inventory: {', '.join(unknown)}")
-        return connected(self.inventory, [self._hosts[n] for n in names],
+        inventory = load_inventory(self.inventory_path)
+        return connected(inventory, [inventory.get_host(n) for n in names],
                          connect_timeout=self.connect_timeout)
 
     @staticmethod
@@ -93,6 +97,7 @@ class SshBackend:
     def _plans(self, conn: Connected, release: Release) -> dict[str, HostResult[PinPlan]]:
         out: dict[str, HostResult[PinPlan]] = {}
         families = gather(conn, F.OsFamily)
+        modules = gather(conn, F.LoadedModuleVersion)
         deb = [n for n, f in families.items() if f == "debian"]
         rhel = [n for n, f in families.items() if f == "rhel"]
         for name, fam in families.items():
@@ -104,22 +109,24 @@ class SshBackend:
             files = gather(conn, F.FileContents, paths=[PREFERENCES_PATH, UNATTENDED_PATH])
             for name in deb:
                 out[name] = self._plan_one(name, "debian", release, installed[name], held[name],
-                                           files[name])
+                                           files[name], modules.get(name))
         if rhel:
             installed = gather(conn, F.RpmNvidiaPackages)
             locks = gather(conn, F.DnfVersionLocks)
             for name in rhel:
-                out[name] = self._plan_one(name, "rhel", release, installed[name], locks[name], {})
+                out[name] = self._plan_one(name, "rhel", release, installed[name], locks[name], {},
+                                           modules.get(name))
         return out
 
     @staticmethod
     def _plan_one(name: str, family: Any, release: Release, installed: Any, held: Any,
-                  files: Any) -> HostResult[PinPlan]:
+                  files: Any, module: Any = None) -> HostResult[PinPlan]:
         for value in (installed, held, files):
             if isinstance(value, Exception):
                 return HostResult.failed(name, f"could not read packages: {value}")
         wanted = release.packages(family)
-        return HostResult(name, plan_pin(family, wanted, installed, held, files))
+        loaded = module if isinstance(module, str) else None
+        return HostResult(name, plan_pin(family, wanted, installed, held, files, loaded))
 
     def plan(self, hosts: Sequence[str], release: Release) -> dict[str, HostResult[PinPlan]]:
         with self._connect(hosts) as conn:
@@ -169,7 +176,7 @@ class SshBackend:
         from fleet.remote.bench import run_benchmarks  # written with the benchmark suite
 
         with self._connect(hosts) as conn:
-            return {**self._unreachable(conn), **run_benchmarks(conn, suite, params or {})}
+            return {**self._unreachable(conn), **run_benchmarks(conn, None, suite, params or {})}
 
     def close(self) -> None:
         """Nothing held between calls: each call connects and disconnects."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 import shlex
 from collections.abc import Iterable
 
@@ -182,3 +183,25 @@ class FileContents(FactBase[dict[str, str | None]]):
 
     def process(self, output: list[str]) -> dict[str, str | None]:
         return parse_file_contents(output)
+
+
+_MODULE_VERSION = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)")
+
+
+def parse_module_version(lines: Iterable[str]) -> str | None:
+    """The loaded module's version from /proc/driver/nvidia/version; None when not loaded."""
+    for line in lines:
+        m = _MODULE_VERSION.search(line)
+        if m:
+            return m.group(1)
+    return None
+
+
+class LoadedModuleVersion(FactBase[str | None]):
+    """The NVIDIA kernel module running now (it changes only at reboot)."""
+
+    def command(self) -> str:
+        return "cat /proc/driver/nvidia/version 2>/dev/null || true"
+
+    def process(self, output: list[str]) -> str | None:
+        return parse_module_version(output)

@@ -149,7 +149,8 @@ def test_unreachable_and_failed_hosts_do_not_stop_the_rest(matrix: Matrix,
                                                  now=lambda: NOW)}
     assert results["h0"].outcome == "changed"
     assert results["h1"].outcome == "unreachable"
-    assert (results["h2"].outcome, results["h2"].error) == ("failed", "E: broken package")
+    assert results["h2"].outcome == "failed"
+    assert (results["h2"].error or "").startswith("E: broken package; restoring")
     assert backend.installed["h2"] == on(golden)  # still on its previous release
 
 

@@ -183,3 +183,12 @@ def test_every_package_of_the_old_branch_goes_with_it() -> None:
     removed = sorted(c.package for c in plan.changes if c.kind == "remove")
     assert removed == ["libnvidia-compute-570", "nvidia-driver-570-open",
                        "nvidia-fabricmanager-570", "nvidia-utils-570"]
+
+
+def test_a_reboot_still_owed_is_work_to_do() -> None:
+    installed = {"nvidia-driver-550": "550.54.15-1", "cuda-toolkit-12-4": "12.4.1-1"}
+    files = pinned_files(R550)
+    owed = plan_pin("debian", R550, installed, installed, files, loaded_module="535.183.01")
+    assert owed.steps == () and owed.reboot_required and owed.changed
+    done = plan_pin("debian", R550, installed, installed, files, loaded_module="550.54.15")
+    assert not done.changed

@@ -191,3 +191,15 @@ def test_parse_rpm_versionlock() -> None:
         "nvidia-driver\t3:550.54.15-1.el9\nkernel\t0:5.14\n", "3:nvidia-driver-550.54.15-1.el9.*\n"
     )
     assert items == [{"name": "nvidia-driver", "version": "3:550.54.15-1.el9", "held": True}]
+
+
+def test_first_probe_reads_only_the_current_boot_of_kern_log() -> None:
+    from fleet.probe.hostprobe import current_boot
+
+    old_boot = (b"Nov 30 07:00:00 h kernel: [    0.000000] Linux version 6.1.0\n"
+                b"Nov 30 07:00:09 h kernel: [    9.1] NVRM: Xid (PCI:0000:18:00): 79, GPU has "
+                b"fallen off the bus.\n")
+    new_boot = (b"Nov 30 07:10:00 h kernel: [    0.000000] Linux version 6.1.0\n"
+                b"Nov 30 07:10:02 h kernel: [    2.0] nvidia: loading out-of-tree module\n")
+    assert current_boot(old_boot + new_boot) == new_boot
+    assert current_boot(b"no boot marker\n") == b"no boot marker\n"

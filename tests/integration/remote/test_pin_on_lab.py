@@ -1,0 +1,184 @@
+"""Pinning, rollback, probe and exec over real SSH on the lab (root; CI runs them).
+
+The lab's hosts: h1 H100 in pool h100-canary (golden: the candidate r580), h2 H100 in h100 and
+h3 A100 in a100 (golden: r570). All start on r570, installed but not pinned.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fleet.lab import lab
+
+pytestmark = pytest.mark.lab
+
+ROOT = Path(__file__).resolve().parents[3]
+MATRIX = str(ROOT / "matrices" / "example.yaml")
+INVENTORY = str(ROOT / "inventories" / "lab.py")
+R570, R580, R550 = "570.133.20", "580.95.05", "550.127.05"
+
+
+def wait_for_ssh(host, timeout: float = 30) -> None:  # noqa: ANN001 - conftest.Host
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            host.sh("true", timeout=5)
+            return
+        except Exception:  # noqa: BLE001 - booting: banner not ready, connection reset
+            host.close()
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.3)
+
+
+@pytest.fixture(scope="module")
+def env(lab_paths, lab_state, hosts, tmp_path_factory) -> Iterator[dict[str, str]]:
+    """Every host reset, freshly booted and on the golden release r570 before the first test: the
+    lab's own tests (same session) leave their faults' log lines, packages and pins behind."""
+    for spec in lab_state.hosts:
+        lab.reset(lab_paths, spec.name)
+    for h in hosts.values():
+        wait_for_ssh(h)
+        h.reboot_and_wait()  # a new boot: the faults injected before leave no kernel-log events
+    db = tmp_path_factory.mktemp("history") / "fleet.db"
+    env = {**os.environ, "FLEET_LAB_DIR": str(lab_paths.run), "FLEET_DB": str(db),
+           "FLEET_MATRIX": MATRIX, "FLEET_INVENTORY": INVENTORY, "COLUMNS": "200"}
+    rc, doc = fleet(env, "apply", "-r", "r570-cuda12.8")
+    assert rc == 0, doc
+    yield env
+
+
+def fleet(env: dict[str, str], *args: str) -> tuple[int, dict]:
+    cut = args.index("--") if "--" in args else len(args)  # options go before `--`
+    argv = [*args[:cut], "--json", *args[cut:]]
+    r = subprocess.run([sys.executable, "-m", "fleet", *argv], env=env,
+                       capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert "Traceback" not in r.stderr, r.stderr
+    try:
+        return r.returncode, json.loads(r.stdout)
+    except json.JSONDecodeError:
+        raise AssertionError(f"exit {r.returncode}, no JSON: {r.stdout}\n{r.stderr}") from None
+
+
+def outcomes(doc: dict) -> dict[str, str]:
+    return {h["host"]: h["outcome"] for h in doc["hosts"]}
+
+
+def test_apply_pins_holds_and_a_second_run_changes_nothing(env, hosts) -> None:
+    hosts["h3"].sh("rm -f /etc/apt/preferences.d/fleet-nvidia.pref && "
+                   "apt-mark unhold $(apt-mark showhold) >/dev/null")
+    rc, doc = fleet(env, "apply", "-r", "r570-cuda12.8", "-l", "a100")
+    assert rc == 0, doc
+    assert outcomes(doc) == {"h3": "changed"}  # unpinned by hand: pins and holds added back
+    assert not doc["hosts"][0]["reboot_required"]
+    held = hosts["h3"].sh("apt-mark showhold")[1].split()
+    assert "nvidia-driver-570-open" in held and "cuda-toolkit-12-8" in held
+    prefs = hosts["h3"].sh("cat /etc/apt/preferences.d/fleet-nvidia.pref")[1]
+    assert f"Pin: version {R570}-*" in prefs
+    rc, doc = fleet(env, "apply", "-r", "r570-cuda12.8", "-l", "a100")
+    assert rc == 0 and outcomes(doc) == {"h3": "unchanged"}
+
+
+def test_dry_run_shows_from_and_to_and_touches_nothing(env, hosts) -> None:
+    rc, doc = fleet(env, "apply", "-r", "r580-cuda13.0", "-l", "h100-canary", "--dry")
+    assert rc == 0
+    (h1,) = doc["hosts"]
+    assert (h1["outcome"], h1["from_release"]) == ("would_change", "r570-cuda12.8")
+    driver = {c["package"]: c for c in h1["changes"]}["nvidia-driver-580-open"]
+    assert driver["to"] == R580 and h1["reboot_required"]
+    assert hosts["h1"].nvml()["driver"] == R570
+
+
+def test_canary_upgrade_reboots_verifies_then_rolls_back(env, hosts) -> None:
+    boot = hosts["h1"].boot_id()
+    rc, doc = fleet(env, "apply", "-r", "r580-cuda13.0", "-l", "h100-canary")
+    assert rc == 0, doc
+    (h1,) = doc["hosts"]
+    assert (h1["outcome"], h1["rebooted"]) == ("changed", True), h1
+    hosts["h1"].close()
+    assert hosts["h1"].boot_id() != boot
+    assert hosts["h1"].nvml()["driver"] == R580
+    installed = hosts["h1"].sh("dpkg-query -W -f='${Package} ${db:Status-Abbrev}\\n' "
+                               "'nvidia-*' 2>/dev/null || true")[1]
+    still = {line.split()[0] for line in installed.splitlines() if line.split()[1][1] == "i"}
+    assert "nvidia-driver-580-open" in still and "nvidia-driver-570-open" not in still
+    assert "nvidia-utils-570" not in still  # the old branch's other packages went with it
+
+    rc, doc = fleet(env, "rollback", "--host", "h1", "--reason", "Xid storm on canary", "--yes")
+    assert rc == 0, doc
+    assert doc["sources"] == {"h1": "history"} and doc["reason"] == "Xid storm on canary"
+    (h1,) = doc["hosts"]
+    assert (h1["from_release"], h1["to_release"], h1["outcome"]) == (
+        "r580-cuda13.0", "r570-cuda12.8", "changed")
+    hosts["h1"].close()
+    assert hosts["h1"].nvml()["driver"] == R570
+    rc, events = fleet(env, "history", "events", "--kind", "rollback")
+    assert events["events"][0]["message"] == "Xid storm on canary"
+
+
+def test_drift_by_hand_is_found_and_corrected(env, hosts) -> None:
+    fleet(env, "apply", "-r", "r570-cuda12.8", "-l", "h100")
+    hosts["h2"].sh("apt-mark unhold nvidia-driver-570-open && "
+                   "rm -f /etc/apt/preferences.d/fleet-nvidia.pref")
+    rc, doc = fleet(env, "apply", "-r", "r570-cuda12.8", "-l", "h100", "--dry")
+    assert outcomes(doc) == {"h2": "would_change"}
+    rc, doc = fleet(env, "apply", "-r", "r570-cuda12.8", "-l", "h100")
+    assert rc == 0 and outcomes(doc) == {"h2": "changed"}
+    assert "nvidia-driver-570-open" in hosts["h2"].sh("apt-mark showhold")[1].split()
+
+
+def test_broken_package_leaves_the_host_on_its_release(env, hosts, lab_paths) -> None:
+    boot = hosts["h2"].boot_id()
+    lab.inject(lab_paths, "h2", ["broken-package"])
+    try:
+        rc, doc = fleet(env, "apply", "-r", "r550-cuda12.4", "-l", "h100")
+    finally:
+        lab.reset(lab_paths, "h2")
+    assert rc == 1
+    (h2,) = doc["hosts"]
+    assert h2["outcome"] == "failed" and "restored r570-cuda12.8" in h2["error"], h2
+    assert hosts["h2"].boot_id() == boot  # a failed pin never reboots
+    assert hosts["h2"].nvml()["driver"] == R570
+    rc, doc = fleet(env, "apply", "-r", "r570-cuda12.8", "-l", "h100", "--dry")
+    assert outcomes(doc) == {"h2": "unchanged"}
+
+
+def test_unreachable_host_is_reported_and_the_rest_proceed(env, lab_paths) -> None:
+    lab.inject(lab_paths, "h2", ["link-down"])
+    try:
+        rc, doc = fleet(env, "apply", "-r", "r570-cuda12.8", "-l", "h100", "-l", "a100")
+    finally:
+        lab.reset(lab_paths, "h2")
+    assert rc == 3
+    assert outcomes(doc) == {"h2": "unreachable", "h3": "unchanged"}
+
+
+def test_probe_and_check_find_an_injected_fault(env, lab_paths) -> None:
+    lab.inject(lab_paths, "h2", ["remap-failure:gpu=1"])
+    try:
+        rc, doc = fleet(env, "probe", "--no-frameworks")
+    finally:
+        lab.reset(lab_paths, "h2")
+    by_host = {h["host"]: h for h in doc["hosts"]}
+    assert by_host["h2"]["source"] == "nvml" and by_host["h2"]["gpus"] == 8
+    checks = {(f["check"], f["remediation"]) for f in by_host["h2"]["findings"]
+              if f["severity"] == "fail"}
+    assert any(c.startswith("remap") and r == "rma" for c, r in checks), checks
+    assert rc == 1
+    rc, doc = fleet(env, "check", "--host", "h2")
+    assert rc == 1 and doc["findings"][0]["severity"] == "fail"
+
+
+def test_exec_groups_identical_output(env) -> None:
+    rc, doc = fleet(env, "exec", "--", "cat /etc/debian_version | cut -d. -f1")
+    assert rc == 0
+    (group,) = doc["groups"]
+    assert sorted(group["hosts"]) == ["h1", "h2", "h3"] and group["stdout"].strip() == "12"
