@@ -175,6 +175,6 @@ def import_(
         for item in out:
             console.print(f"{item['file']}: host {item['host']}, {item['gpus']} GPU(s), "
                           f"snapshot {item['snapshot']}, worst finding {item['worst']}")
-    failed = [i["host"] for i in out if i["worst"] == Severity.FAIL.value]
+    failed = [str(i["host"]) for i in out if i["worst"] == Severity.FAIL.value]
     if failed:
         raise ProblemsFound(f"failing checks on {', '.join(failed)}")

@@ -67,7 +67,8 @@ def probe(
     else:
         t = Table("host", "pool", "reachable", "source", "driver", "gpus", "worst", box=None)
         for r in results:
-            worst = min((f.severity.value for f in r.findings), key=_RANK.get, default="ok")
+            worst = min((f.severity.value for f in r.findings),
+                        key=lambda s: _RANK.get(s, 3), default="ok")
             t.add_row(r.host, r.pool or "", "yes" if r.reachable else f"[red]no[/]: {r.error}",
                       r.facts.source if r.facts else "", (r.facts.versions.driver_library or "")
                       if r.facts else "", str(len(r.facts.gpus)) if r.facts else "",

@@ -246,7 +246,7 @@ def iter_gpu_series(
     query runs on the DBAPI cursor directly (SQLAlchemy's result layer would double the time);
     other databases go through SQLAlchemy Core. One read transaction: a consistent view.
     """
-    from sqlalchemy import Float, Text, cast, literal_column
+    from sqlalchemy import Float, Text, cast
     from sqlalchemy import select as sa_select
 
     with history.read() as s:
@@ -277,7 +277,7 @@ def iter_gpu_series(
             cursor.execute(sql, params)
             fetch = cursor.fetchmany
         else:
-            epoch = cast(func.extract(literal_column("'epoch'"), t.taken_at), Float)
+            epoch = cast(func.extract("epoch", t.taken_at), Float)
             stmt = sa_select(
                 t.host_id, t.gpu_index, epoch,
                 *(cast(t[c], Text) if c == "xid_counts" else t[c] for c in SERIES_COLUMNS),

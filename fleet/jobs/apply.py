@@ -19,7 +19,8 @@ from typing import Any, Literal
 from fleet.domain.checks import Finding, Severity, run_checks
 from fleet.domain.checks.expect import release_expectation
 from fleet.domain.checks.models import Expectations
-from fleet.domain.matrix.models import Matrix, Release
+from fleet.domain.facts import HostFacts
+from fleet.domain.matrix.models import Matrix, OsFamily, Release
 from fleet.domain.matrix.rules import architecture_problems, blocked_components
 from fleet.domain.pinning import Change, release_of
 from fleet.domain.ports import Backend, HostRef
@@ -140,10 +141,10 @@ def pin_hosts(
                 rebooting.append(name)
         if rebooting:
             say(",".join(rebooting), "rebooting (kernel module changed)")
-            for name, out in backend.reboot(rebooting).items():
-                results[name].rebooted = out.ok
-                if not out.ok:
-                    results[name].outcome, results[name].error = "failed", out.error
+            for name, booted in backend.reboot(rebooting).items():
+                results[name].rebooted = booted.ok
+                if not booted.ok:
+                    results[name].outcome, results[name].error = "failed", booted.error
         verify = [n for n in names if results[n].outcome == "would_change"]
         if verify:
             say(",".join(verify), "verifying")
@@ -165,13 +166,39 @@ def pin_hosts(
 
 
 def _restore(backend: Backend, matrix: Matrix, res: HostApply) -> str:
-    """Put a host whose pin failed half-way back on the release it had (never reboot it)."""
-    if res.from_release is None:
+    return restore_release(backend, matrix, res.host, res.from_release)
+
+
+def restore_release(backend: Backend, matrix: Matrix, host: str,
+                    from_release: str | None) -> str:
+    """Put a host whose pin failed half-way back on the release it had (never reboot it);
+    returns what happened, for the record."""
+    if from_release is None:
         return "no known previous release to restore: the host needs attention"
-    back = backend.apply([res.host], matrix.release(res.from_release))[res.host]
+    back = backend.apply([host], matrix.release(from_release))[host]
     if back.ok:
-        return f"restored {res.from_release}"
-    return f"restoring {res.from_release} failed too: {back.error}"
+        return f"restored {from_release}"
+    return f"restoring {from_release} failed too: {back.error}"
+
+
+def os_family_of(facts: HostFacts) -> OsFamily:
+    pk = facts.versions.packages
+    return "rhel" if (pk is not None and pk.manager == "rpm") else "debian"
+
+
+def health_findings(facts: HostFacts, release: Release, ref: HostRef,
+                    matrix: Matrix) -> list[Finding]:
+    """The health gate of one host: every check against `release` (driver three-way
+    agreement, release conformance, GPU count and model, errors); FAIL findings fail it."""
+    expect = Expectations(release=release_expectation(release, os_family_of(facts)),
+                          gpu_count=ref.gpu_count, gpu_model=ref.gpu_model)
+    return run_checks(facts, expect, matrix.policy.thresholds)
+
+
+def needs_reboot(findings: Sequence[Finding]) -> bool:
+    """The loaded kernel module is not the installed driver: a reboot loads it."""
+    return any(f.check == "driver.agreement" and f.remediation == "reboot"
+               and f.severity is Severity.FAIL for f in findings)
 
 
 def _verify(backend: Backend, history: History, matrix: Matrix, release: Release,
@@ -185,11 +212,7 @@ def _verify(backend: Backend, history: History, matrix: Matrix, release: Release
             res.outcome, res.error = "failed", f"verification probe: {got.error}"
             continue
         facts = got.value
-        family = "rhel" if (facts.versions.packages and
-                            facts.versions.packages.manager == "rpm") else "debian"
-        expect = Expectations(release=release_expectation(release, family),
-                              gpu_count=ref.gpu_count, gpu_model=ref.gpu_model)
-        findings = run_checks(facts, expect, matrix.policy.thresholds)
+        findings = health_findings(facts, release, ref, matrix)
         res.findings = findings
         record_snapshot(history, ref.name, facts, findings, taken_at=now(), pool=ref.pool,
                         release=release.name)

@@ -47,7 +47,7 @@ def pool_of(host: Any, matrix: Matrix | None) -> str | None:
     explicit = host.data.get("pool")
     if explicit:
         return str(explicit)
-    groups = sorted(getattr(host, "groups", []) or [])
+    groups: list[str] = sorted(getattr(host, "groups", []) or [])
     if matrix is not None:
         for g in groups:
             if g in matrix.pools:

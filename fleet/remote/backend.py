@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
@@ -34,7 +34,7 @@ def _pool(host: Any, stem: str) -> str | None:
 
 
 def _packages(release: Release, family: str) -> list[tuple[str, str, str]]:
-    fam = "rhel" if family == "rhel" else "debian"
+    fam: Literal["debian", "rhel"] = "rhel" if family == "rhel" else "debian"
     return [(p.name, p.version, p.component) for p in release.packages(fam)]
 
 

@@ -11,7 +11,7 @@ import re
 import shlex
 from collections.abc import Iterable
 
-from pyinfra.api import FactBase
+from pyinfra.api.facts import FactBase
 
 # Families whose installed versions a pin can change or must remove.
 PACKAGE_GLOBS = (

@@ -55,7 +55,7 @@ def _group_data(directory: Path) -> dict[str, dict[str, Any]]:
 
 
 def load_inventory_file(path: str | Path) -> Any:
-    from pyinfra.api import Inventory
+    from pyinfra.api.inventory import Inventory
 
     p = Path(path)
     if not p.is_file():
@@ -82,4 +82,6 @@ def load_inventory_file(path: str | Path) -> Any:
             groups[group] = (groups[group][0], {**data, **groups[group][1]})
     global_data = extra.get("all", {})
     groups.setdefault(p.stem, (list(host_data), {}))
-    return Inventory(([(n, d) for n, d in host_data.items()], global_data), **groups)
+    return Inventory(  # type: ignore[no-untyped-call]
+        ([(n, d) for n, d in host_data.items()], global_data), **groups
+    )

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from io import StringIO
 from typing import Any
 
-from pyinfra import host
-from pyinfra.api import operation
+from pyinfra.api.operation import operation
+from pyinfra.context import host
 from pyinfra.operations import files
 
 from fleet.domain.pinning import PREFERENCES_PATH, UNATTENDED_PATH, PinPlan, plan_pin
@@ -17,6 +17,7 @@ from fleet.remote.facts import (
     DebNvidiaPackages,
     DnfVersionLocks,
     FileContents,
+    LoadedModuleVersion,
     OsFamily,
     RpmNvidiaPackages,
 )
@@ -33,15 +34,16 @@ def current_plan(packages: Sequence[tuple[str, str, str]]) -> PinPlan:
     """The plan for the host pyinfra is processing, from its live facts."""
     wanted = [Pkg(*p) for p in packages]
     family = host.get_fact(OsFamily)
+    module = host.get_fact(LoadedModuleVersion)
     if family == "debian":
         installed = host.get_fact(DebNvidiaPackages)
         held = host.get_fact(AptHeldPackages)
         contents = host.get_fact(FileContents, paths=[PREFERENCES_PATH, UNATTENDED_PATH])
-        return plan_pin("debian", wanted, installed, held, contents)
+        return plan_pin("debian", wanted, installed, held, contents, module)
     if family == "rhel":
-        return plan_pin(
-            "rhel", wanted, host.get_fact(RpmNvidiaPackages), host.get_fact(DnfVersionLocks), {}
-        )
+        installed_rpm: dict[str, str] = host.get_fact(RpmNvidiaPackages)
+        locks: set[str] = host.get_fact(DnfVersionLocks)
+        return plan_pin("rhel", wanted, installed_rpm, locks, {}, module)
     raise ValueError(f"unsupported OS family on {host.name}: {family!r}")
 
 

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pyinfra.api import FactBase
+from pyinfra.api.facts import FactBase
 
 from fleet.remote.inline import inline_python_command
 

@@ -95,13 +95,14 @@ class Connected:
 def connected(inventory: Any, hosts: Iterable[Any], *, parallel: int = 0,
               connect_timeout: int = 10) -> Iterator[Connected]:
     """Connect to `hosts` in parallel; yield the state with the unreachable ones listed."""
-    from pyinfra.api import Config, State
+    from pyinfra.api.config import Config
     from pyinfra.api.connect import connect_all, disconnect_all
     from pyinfra.api.exceptions import PyinfraError
-    from pyinfra.api.state import StateStage
+    from pyinfra.api.state import State, StateStage
 
     chosen = list(hosts)
-    state = State(inventory, Config(PARALLEL=parallel, CONNECT_TIMEOUT=connect_timeout),
+    config = Config(PARALLEL=parallel, CONNECT_TIMEOUT=connect_timeout)  # type: ignore[no-untyped-call]
+    state = State(inventory, config,
                   initial_limit=chosen)
     collector = _ErrorCollector()
     log = logging.getLogger("pyinfra")
