@@ -202,3 +202,383 @@ def plan_cmd(
     blocked = [p.pool for p in plan.pools if p.blocked]
     if blocked:
         raise ProblemsFound(f"pool(s) cannot move, max_unavailable used up: {', '.join(blocked)}")
+
+
+# ------------------------------------------------------------------ running rollouts
+ForceOpt = Annotated[bool, typer.Option(
+    "--force", help="Take over a stale lock (its controller died or hangs); recorded.")]
+ReasonOpt = Annotated[str | None, typer.Option("--reason", help="Why (recorded).")]
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class _Saving:
+    """The simulated fleet or its scheduler, saving the fleet's state after each call that
+    changes it, so a later command (resume, promote, abort) finds the hosts as they were."""
+
+    MUTATING = frozenset({"apply", "reboot", "probe", "benchmark", "drain", "undrain"})
+
+    def __init__(self, target: Any, save: Any) -> None:
+        self._target, self._save = target, save
+        self.name = getattr(target, "name", "sim")
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._target, name)
+        if name not in self.MUTATING or not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return attr(*args, **kwargs)
+            finally:
+                self._save()
+        return call
+
+
+def _sim_faults(text: str | None) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for part in (text or "").split(","):
+        if not part.strip():
+            continue
+        key, _, value = part.partition("=")
+        try:
+            out[key.strip()] = float(value)
+        except ValueError:
+            raise BadInput.single(f"expected NAME=RATE, got {part!r}", field="--sim-faults") \
+                from None
+    return out
+
+
+def _sim_perf(items: list[str] | None) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for item in items or []:
+        rel, _, factor = item.partition("=")
+        try:
+            out[rel.strip()] = float(factor)
+        except ValueError:
+            raise BadInput.single(f"expected RELEASE=FACTOR, got {item!r}",
+                                  field="--sim-slow") from None
+    return out
+
+
+def _wiring(m: Matrix, source: dict[str, Any], *, create: bool = False,
+            build: dict[str, Any] | None = None) -> tuple[Any, Any, Any]:
+    """(backend, scheduler, sleep) for a recorded source: a simulated fleet saved in a state
+    file, or an inventory over SSH with a scheduler adapter."""
+    import time as _time
+
+    if source.get("source") == "sim":
+        from fleet.sim import SimFleet, load_fleet, save_fleet
+
+        path = Path(source["sim_state"])
+        if create:
+            b = dict(build or {})
+            if b.get("spec"):
+                from fleet.sim import SimSpec
+
+                fleet = SimFleet.from_spec(SimSpec.load(b["spec"]), m)
+            else:
+                fleet = SimFleet.build(m, b["n"], b["seed"], rates=b.get("rates") or None,
+                                       release_perf=b.get("perf") or None)
+            # not saved yet: a start refused (lock held) must not clobber the state of the
+            # rollout that holds it; the first drain writes it
+        else:
+            fleet = load_fleet(path, m)
+
+        def save() -> None:
+            save_fleet(fleet, path)
+
+        sched = fleet.scheduler()
+
+        def sim_sleep(seconds: float) -> None:
+            fleet.clock.advance(seconds)  # type: ignore[attr-defined]
+            save()
+
+        return _Saving(fleet, save), _Saving(sched, save), sim_sleep
+    from fleet.remote.backend import SshBackend
+    from fleet.schedulers import make_scheduler
+
+    backend = SshBackend(Path(source["inventory"]))
+    return backend, make_scheduler(source.get("scheduler") or "none"), _time.sleep
+
+
+def _wave_table(engine: Any) -> Table:
+    t = Table("wave", "pool", "hosts", "status", "verdict", "host states", "gate",
+              box=None, title=f"rollout {engine.rid}")
+    for w in engine._view_waves():
+        gate = w.get("gate") or {}
+        bench = gate.get("benchmark") or {}
+        health = gate.get("health") or {}
+        shown = bench.get("verdict") or health.get("verdict") or ""
+        colour = {"pass": "green", "fail": "red", "inconclusive": "yellow",
+                  "error": "yellow"}.get(w["verdict"] or "", "white")
+        t.add_row(str(w["index"]), w["pool"], str(w["hosts"]), w["status"],
+                  f"[{colour}]{w['verdict'] or ''}[/]",
+                  ", ".join(f"{n} {s}" for s, n in w["states"].items()), shown)
+    return t
+
+
+def _drive(ctx: typer.Context, matrix_path: str, source: dict[str, Any], json_out: bool,
+           action: Any, *, create: bool = False, build: dict[str, Any] | None = None,
+           options: dict[str, Any] | None = None) -> None:
+    """Run one engine operation with the live display, then report and exit by outcome."""
+    import time as _time
+
+    from rich.live import Live
+
+    from fleet.cli.app import settings
+    from fleet.domain.matrix.loader import load_matrix
+    from fleet.history import open_history
+    from fleet.jobs.rollout import RolloutEngine, RolloutOptions
+
+    m = load_matrix(Path(matrix_path), today=datetime.now(UTC).date()).matrix
+    backend, sched, sleep = _wiring(m, source, create=create, build=build)
+    live: Live | None = None
+    last = [0.0]
+
+    def progress(engine: Any) -> None:
+        if live is not None and _time.monotonic() - last[0] > 0.2:
+            last[0] = _time.monotonic()
+            live.update(_wave_table(engine))
+
+    opts = RolloutOptions(**(options or {}))
+    with open_history(settings(ctx).db) as history:
+        engine = RolloutEngine(backend, sched, history, m, now=_now, sleep=sleep,
+                               options=opts, on_progress=progress)
+        if console.is_terminal:
+            live = Live(console=console, refresh_per_second=5, transient=False)
+            live.start()
+        try:
+            result = action(engine)
+        finally:
+            if live is not None:
+                live.update(_wave_table(engine))
+                live.stop()
+    if live is None and result.rollout_id is not None:
+        console.print(_wave_table(engine))
+    doc = {**result.as_dict(), "source": source}
+    if json_out:
+        emit_json(doc)
+    console.print(f"rollout {result.rollout_id}: [bold]{result.status}[/bold]"
+                  + (f": {result.reason}" if result.reason else ""), soft_wrap=True)
+    if result.status in ("rolled_back", "aborted", "failed"):
+        raise ProblemsFound(f"rollout {result.rollout_id} {result.status}")
+    if result.status in ("paused", "aborting", "running", "rolling_back"):
+        from fleet.errors import CouldNotComplete
+
+        raise CouldNotComplete(f"rollout {result.rollout_id} is {result.status}: "
+                               f"`fleet rollout promote|abort|resume {result.rollout_id}`")
+
+
+@app.command("start")
+def start_cmd(
+    ctx: typer.Context,
+    matrix: MatrixOpt,
+    inventory: InventoryOpt = None,
+    sim: SimOpt = None,
+    sim_spec: SimSpecOpt = None,
+    seed: SeedOpt = 0,
+    sim_faults: Annotated[str | None, typer.Option(
+        "--sim-faults", help="Fault rates of the simulated fleet: NAME=RATE,... (apply_fail, "
+                             "unreachable, xid_after_upgrade, slow, reboot_hangs, drained).",
+    )] = None,
+    sim_slow: Annotated[list[str] | None, typer.Option(
+        "--sim-slow", help="RELEASE=FACTOR: the release runs at FACTOR speed (0.8 = 20% "
+                           "slower) on every simulated host; repeatable.")] = None,
+    sim_state: Annotated[Path | None, typer.Option(
+        "--sim-state", help="Where the simulated fleet's state is kept between commands "
+                            "(default: <db>.sim.json).")] = None,
+    pool: PoolOpt = None,
+    release: Annotated[str | None, typer.Option(
+        "--release", "-r", help="Target release (default: each pool's golden release).")] = None,
+    scheduler: SchedulerOpt = "none",
+    rollback_scope: Annotated[str, typer.Option(
+        "--rollback-scope", help="On a failed wave roll back: wave (its hosts) or all (every "
+                                 "host moved so far in the pool).")] = "wave",
+    json_out: JsonFlag = False,
+) -> None:
+    """Start a rollout: canary pools first, then waves, each drained, pinned, rebooted,
+    health-checked, benchmarked against a baseline, baked and undrained.
+
+    Exit 0 completed; 1 rolled back (a gate failed); 3 paused (inconclusive: promote or abort
+    it), lock held by another rollout, or could not complete. See docs/rollouts.md.
+    """
+    from fleet.cli.app import settings
+
+    sources = [s for s in (inventory, sim, sim_spec) if s is not None]
+    if len(sources) != 1:
+        raise BadInput.single("give exactly one of --inventory, --sim N or --sim-spec FILE",
+                              field="--inventory/--sim")
+    if rollback_scope not in ("wave", "all"):
+        raise BadInput.single("expected wave or all", field="--rollback-scope")
+    source: dict[str, Any]
+    build: dict[str, Any] | None = None
+    if inventory is not None:
+        source = {"source": "inventory", "inventory": str(inventory), "scheduler": scheduler}
+    else:
+        db = settings(ctx).db
+        state = sim_state or Path((db if "://" not in db else "fleet.db") + ".sim.json")
+        source = {"source": "sim", "sim_state": str(state)}
+        build = {"n": sim, "seed": seed, "spec": str(sim_spec) if sim_spec else None,
+                 "rates": _sim_faults(sim_faults), "perf": _sim_perf(sim_slow)}
+
+    def action(engine: Any) -> Any:
+        fleet = engine.backend._target if isinstance(engine.backend, _Saving) else None
+        releases: dict[str, str | None] = {}
+        unreachable: list[str] = []
+        if fleet is not None:
+            releases = fleet.releases_by_host()
+            unreachable = fleet.unreachable_hosts()
+        else:
+            names = list(engine.refs)
+            releases, _, unreachable = _from_history(settings(ctx).db, names)
+        return engine.start(matrix_path=str(matrix), pools=pool or None, release=release,
+                            releases=releases, unreachable=unreachable,
+                            start_data={"source": source})
+
+    _drive(ctx, str(matrix), source, json_out, action, create=True, build=build,
+           options={"rollback_scope": rollback_scope})
+
+
+def _recorded(ctx: typer.Context, rollout_id: int) -> tuple[str, dict[str, Any]]:
+    from fleet.cli.app import settings
+    from fleet.history import open_history
+    from fleet.history.rollouts import get_rollout, start_data
+
+    with open_history(settings(ctx).db) as history:
+        ro = get_rollout(history, rollout_id)
+        if ro is None:
+            raise BadInput.single(f"no rollout {rollout_id} in the history", field="ID")
+        data = start_data(history, rollout_id)
+    source = data.get("source") or {}
+    if not source:
+        raise BadInput.single(f"rollout {rollout_id} did not record how to reach its hosts",
+                              field="ID")
+    return ro.matrix_path, source
+
+
+def _options(ctx: typer.Context, rollout_id: int) -> dict[str, Any]:
+    from fleet.cli.app import settings
+    from fleet.history import open_history
+    from fleet.history.rollouts import start_data
+
+    with open_history(settings(ctx).db) as history:
+        opts = start_data(history, rollout_id).get("options") or {}
+    return {k: v for k, v in opts.items() if k in ("rollback_scope", "stale_after_s",
+                                                  "bench_hosts", "drain_wait_s")}
+
+
+@app.command("resume")
+def resume_cmd(ctx: typer.Context, rollout_id: Annotated[int, typer.Argument(metavar="ID")],
+               force: ForceOpt = False, json_out: JsonFlag = False) -> None:
+    """Continue a rollout whose controller stopped (killed, crashed); a paused one stays paused."""
+    mpath, source = _recorded(ctx, rollout_id)
+    _drive(ctx, mpath, source, json_out, lambda e: e.resume(rollout_id, force=force),
+           options=_options(ctx, rollout_id))
+
+
+@app.command("promote")
+def promote_cmd(ctx: typer.Context, rollout_id: Annotated[int, typer.Argument(metavar="ID")],
+                reason: ReasonOpt = None, force: ForceOpt = False,
+                json_out: JsonFlag = False) -> None:
+    """Pass the paused (inconclusive) wave by hand and continue the rollout."""
+    mpath, source = _recorded(ctx, rollout_id)
+    _drive(ctx, mpath, source, json_out,
+           lambda e: e.promote(rollout_id, force=force, reason=reason),
+           options=_options(ctx, rollout_id))
+
+
+@app.command("abort")
+def abort_cmd(ctx: typer.Context, rollout_id: Annotated[int, typer.Argument(metavar="ID")],
+              reason: ReasonOpt = None, force: ForceOpt = False,
+              json_out: JsonFlag = False) -> None:
+    """Roll back the current wave (or all moved hosts, per the rollout's scope) and stop."""
+    mpath, source = _recorded(ctx, rollout_id)
+    _drive(ctx, mpath, source, json_out,
+           lambda e: e.abort(rollout_id, force=force, reason=reason),
+           options=_options(ctx, rollout_id))
+
+
+def _rollout_doc(history: Any, ro: Any, *, hosts: bool = False) -> dict[str, Any]:
+    from fleet.domain.gates import count_states
+    from fleet.history.rollouts import load_steps, load_waves, scope_pools
+
+    waves = load_waves(history, ro.id)
+    steps = load_steps(history, ro.id)
+    by_wave: dict[int, list[Any]] = {}
+    for s in steps:
+        by_wave.setdefault(s.wave_id, []).append(s)
+    doc = {
+        "id": ro.id, "status": ro.status, "release": ro.release,
+        "pools": scope_pools(ro.scope), "matrix": ro.matrix_path, "started_by": ro.started_by,
+        "started_at": ro.started_at, "ended_at": ro.ended_at,
+        "lock": ({"owner": ro.lock_owner, "pid": ro.lock_pid, "heartbeat": ro.lock_heartbeat}
+                 if ro.lock_owner else None),
+        "hosts": count_states(s.state for s in steps),
+        "waves": [{**w.as_dict(), "hosts": len(by_wave.get(w.id, [])),
+                   "states": count_states(s.state for s in by_wave.get(w.id, []))}
+                  for w in waves],
+    }
+    if hosts:
+        doc["host_steps"] = [s.as_dict() for s in steps]
+    return doc
+
+
+@app.command("status")
+def status_cmd(ctx: typer.Context,
+               rollout_id: Annotated[int | None, typer.Argument(metavar="[ID]")] = None,
+               hosts: Annotated[bool, typer.Option("--hosts", help="Every host's step.")] = False,
+               json_out: JsonFlag = False) -> None:
+    """A rollout's waves, host states and lock (the newest one by default)."""
+    from fleet.cli.app import settings
+    from fleet.history import open_history
+    from fleet.history.rollouts import get_rollout, list_rollouts
+
+    with open_history(settings(ctx).db) as history:
+        ro = (get_rollout(history, rollout_id) if rollout_id is not None
+              else next(iter(list_rollouts(history, limit=1)), None))
+        if ro is None:
+            raise BadInput.single("no such rollout in the history" if rollout_id is not None
+                                  else "no rollout in the history yet", field="ID")
+        doc = _rollout_doc(history, ro, hosts=hosts)
+    if json_out:
+        emit_json(doc)
+        return
+    console.print(f"rollout {doc['id']}: [bold]{doc['status']}[/bold] of "
+                  f"{', '.join(doc['pools'])} to {doc['release']} (by {doc['started_by']})")
+    if doc["lock"]:
+        console.print(f"  lock: {doc['lock']['owner']} pid {doc['lock']['pid']}, heartbeat "
+                      f"{doc['lock']['heartbeat']}")
+    t = Table("wave", "pool", "hosts", "status", "verdict", "host states", box=None)
+    for w in doc["waves"]:
+        t.add_row(str(w["index"]), w["pool"], str(w["hosts"]), w["status"], w["verdict"] or "",
+                  ", ".join(f"{n} {s}" for s, n in w["states"].items()))
+    console.print(t)
+
+
+@app.command("history")
+def history_cmd(ctx: typer.Context,
+                limit: Annotated[int, typer.Option("--limit", min=1)] = 20,
+                json_out: JsonFlag = False) -> None:
+    """Past and current rollouts, newest first."""
+    from fleet.cli.app import settings
+    from fleet.history import open_history
+    from fleet.history.rollouts import list_rollouts, scope_pools
+
+    with open_history(settings(ctx).db) as history:
+        rows = list_rollouts(history, limit=limit)
+    docs: list[dict[str, Any]] = [{"id": r.id, "status": r.status, "release": r.release,
+             "pools": scope_pools(r.scope), "started_by": r.started_by,
+             "started_at": r.started_at, "ended_at": r.ended_at} for r in rows]
+    if json_out:
+        emit_json({"rollouts": docs})
+        return
+    t = Table("id", "status", "pools", "release", "started", "ended", "by", box=None)
+    for d in docs:
+        t.add_row(str(d["id"]), d["status"], ", ".join(d["pools"]), d["release"],
+                  d["started_at"].isoformat(timespec="seconds"),
+                  d["ended_at"].isoformat(timespec="seconds") if d["ended_at"] else "",
+                  d["started_by"])
+    console.print(t)

@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from sqlmodel import Session
+
 from fleet.domain.checks import Finding
 from fleet.domain.facts import GpuFacts, HostFacts
 from fleet.history import History, add_snapshot
@@ -84,7 +86,8 @@ def finding_rows(facts: HostFacts, findings: Sequence[Finding]) -> list[dict[str
 
 def record_snapshot(history: History, host: str, facts: HostFacts, findings: Sequence[Finding],
                     *, taken_at: datetime, pool: str | None = None,
-                    release: str | None = None, reachable: bool = True) -> int:
+                    release: str | None = None, reachable: bool = True,
+                    session: Session | None = None) -> int:
     gpu_model = facts.gpus[0].name if facts.gpus else None
     return add_snapshot(
         history, host, taken_at=taken_at, source=facts.source, reachable=reachable,
@@ -92,4 +95,18 @@ def record_snapshot(history: History, host: str, facts: HostFacts, findings: Seq
         driver_kmod=facts.versions.driver_kernel_module,
         release=release, facts=facts.to_json_dict(), gpus=gpu_rows(facts),
         findings=finding_rows(facts, findings), pool=pool, gpu_model=gpu_model,
+        session=session,
     )
+
+
+def snapshot_row(host: str, facts: HostFacts, findings: Sequence[Finding], *,
+                 taken_at: datetime, release: str | None = None,
+                 reachable: bool = True) -> dict[str, Any]:
+    """One probe as the input of `fleet.history.rollouts.add_snapshots` (bulk writes)."""
+    return {
+        "host": host, "taken_at": taken_at, "source": facts.source, "reachable": reachable,
+        "driver_nvml": facts.versions.driver_library,
+        "driver_kmod": facts.versions.driver_kernel_module, "release": release,
+        "facts": facts.to_json_dict(), "gpus": gpu_rows(facts),
+        "findings": finding_rows(facts, findings),
+    }

@@ -14,6 +14,7 @@ from fleet.sim.model import (
     SimSpec,
 )
 from fleet.sim.scheduler import SimScheduler
+from fleet.sim.state import load_fleet, save_fleet
 
 __all__ = [
     "EPOCH",
@@ -29,4 +30,6 @@ __all__ = [
     "SimHost",
     "SimScheduler",
     "SimSpec",
+    "load_fleet",
+    "save_fleet",
 ]

@@ -1,0 +1,114 @@
+"""Save and load a simulated fleet: its hosts' ground truth, faults, scheduler and clock.
+
+A rehearsal that spans several commands (`fleet rollout start --sim`, then `resume`, `promote`
+or `abort`) needs the simulated hosts to keep their state between processes, as real hosts do.
+The file is JSON, written atomically (a temporary file renamed over the old one), so a process
+killed while saving leaves the previous state whole.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from fleet.domain.matrix.models import Matrix
+from fleet.errors import BadInput
+from fleet.sim.fleet import SimFleet, SimHost, profile_for
+from fleet.sim.model import HostFaults, Latency, SimClock
+
+FORMAT = 1
+
+
+def fleet_state(fleet: SimFleet) -> dict[str, Any]:
+    """The fleet as a JSON-able document (see `load_fleet`)."""
+    hosts = []
+    for h in fleet._hosts.values():
+        hosts.append({
+            "name": h.name, "index": h.index, "pool": h.pool, "model": h.profile.model,
+            "gpu_count": h.gpu_count, "unit": h.unit, "rack": h.rack, "os_family": h.os_family,
+            "initial": h.initial, "pkg": h.pkg, "loaded": h.loaded, "boots": h.boots,
+            "boot_at": h.boot_at.isoformat(), "probes": h.probes, "probes_boot": h.probes_boot,
+            "benches": h.benches,
+            "faults": {k: (list(v) if isinstance(v, tuple) else v)
+                       for k, v in h.faults.as_dict().items()},
+            "hung": h.hung, "log": list(h.log),
+        })
+    sched: dict[str, Any] = {}
+    if fleet._scheduler is not None:
+        for name, node in fleet._scheduler._nodes.items():
+            sched[name] = {"drained": node.drained, "reason": node.reason,
+                           "jobs_end": node.jobs_end.isoformat() if node.jobs_end else None,
+                           "drain_fails": node.drain_fails}
+    clock = fleet.clock
+    return {
+        "format": FORMAT, "seed": fleet.seed,
+        "now": clock().isoformat() if isinstance(clock, SimClock) else None,
+        "canary_pools": sorted(fleet.canary_pools), "release_perf": fleet.release_perf,
+        "latency": asdict(fleet.latency), "initial_drained": fleet._initial_drained,
+        "scheduler": sched if fleet._scheduler is not None else None, "hosts": hosts,
+    }
+
+
+def save_fleet(fleet: SimFleet, path: str | Path) -> None:
+    """Write the fleet's state to `path` atomically."""
+    p = Path(path)
+    text = json.dumps(fleet_state(fleet), separators=(",", ":"))
+    fd, tmp = tempfile.mkstemp(prefix=p.name + ".", suffix=".tmp", dir=p.parent or ".")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_fleet(path: str | Path, matrix: Matrix) -> SimFleet:
+    """A fleet saved by `save_fleet`; releases come from `matrix`."""
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise BadInput.single("no such simulated fleet state", file=str(p)) from None
+    except (OSError, ValueError) as e:
+        raise BadInput.single(f"not a simulated fleet state: {e}", file=str(p)) from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise BadInput.single(f"not a simulated fleet state (format {FORMAT})", file=str(p))
+    return fleet_from_state(doc, matrix)
+
+
+def fleet_from_state(doc: dict[str, Any], matrix: Matrix) -> SimFleet:
+    hosts = []
+    for d in doc["hosts"]:
+        h = SimHost(d["name"], int(d["index"]), d["pool"], profile_for(d["model"]),
+                    int(d["gpu_count"]), d["unit"], d["rack"], d["os_family"], d["initial"],
+                    datetime.fromisoformat(d["boot_at"]))
+        h.pkg, h.loaded, h.boots = d["pkg"], d["loaded"], int(d["boots"])
+        h.probes, h.probes_boot, h.benches = int(d["probes"]), int(d["probes_boot"]), int(
+            d["benches"])
+        faults = dict(d["faults"])
+        faults["xid_after_upgrade"] = tuple(faults.get("xid_after_upgrade") or ())
+        h.faults = HostFaults(**faults)
+        h.hung, h.log = bool(d["hung"]), list(d["log"])
+        hosts.append(h)
+    clock = SimClock(datetime.fromisoformat(doc["now"])) if doc.get("now") else None
+    fleet = SimFleet(hosts, matrix.releases, seed=int(doc["seed"]), clock=clock,
+                     pool_order=list(matrix.pools), canary_pools=doc["canary_pools"],
+                     release_perf=doc["release_perf"], latency=Latency(**doc["latency"]),
+                     drained=doc.get("initial_drained") or {})
+    sched = doc.get("scheduler")
+    if sched is not None:
+        from fleet.sim.scheduler import SimScheduler, _Node
+
+        s = fleet._scheduler = SimScheduler(fleet)
+        s._nodes = {
+            name: _Node(bool(n["drained"]), n["reason"],
+                        datetime.fromisoformat(n["jobs_end"]) if n["jobs_end"] else None,
+                        bool(n["drain_fails"]))
+            for name, n in sched.items()}
+    return fleet

@@ -1,0 +1,64 @@
+"""A small simulated rehearsal: a fleet, a history and an engine wired on one logical clock."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from fleet.domain.matrix.models import Matrix
+from fleet.history import History, open_history
+from fleet.history.rollouts import load_steps, rollout_events
+from fleet.jobs.rollout import RolloutEngine, RolloutOptions, invariants
+from fleet.sim import Latency, SimClock, SimFleet
+
+POOLS = {"h100-canary": 3, "h100": 8}
+
+
+class Crash(BaseException):
+    """The controller dies here (not an Exception: nothing in the engine may catch it)."""
+
+
+class Rig:
+    def __init__(self, matrix: Matrix, tmp: Path, *, pools: Mapping[str, int] = POOLS,
+                 seed: int = 0, **build: Any) -> None:
+        self.matrix = matrix
+        self.clock = SimClock()
+        self.fleet = SimFleet.build(matrix, None, seed, pools=dict(pools), clock=self.clock,
+                                    latency=Latency.zero(), **build)
+        self.history: History = open_history(str(tmp / "history.db"))
+        self.backend: Any = self.fleet
+
+    def engine(self, *, checkpoint: Callable[[str], Any] | None = None, pid: int = 1000,
+               dead: bool = False, **opts: Any) -> RolloutEngine:
+        return RolloutEngine(
+            self.backend, self.fleet.scheduler(), self.history, self.matrix, now=self.clock,
+            sleep=self.clock.advance, actor="tester", options=RolloutOptions(**opts),
+            checkpoint=checkpoint, pid=pid, machine="testbox",
+            pid_alive=(lambda p: False) if dead else (lambda p: True))
+
+    def start(self, **kw: Any) -> Any:
+        eng = kw.pop("engine", None) or self.engine()
+        kw.setdefault("unreachable", self.fleet.unreachable_hosts())
+        return eng.start(matrix_path="m.yaml", releases=self.fleet.releases_by_host(), **kw)
+
+    def steps(self, rid: int) -> Any:
+        return load_steps(self.history, rid)
+
+    def problems(self, rid: int) -> list[str]:
+        return invariants(self.steps(rid), self.fleet.scheduler(), self.fleet.installed_release)
+
+    def events(self, rid: int) -> Any:
+        return rollout_events(self.history, rid)
+
+    def explained(self, rid: int) -> list[str]:
+        """Hosts that moved without an event naming them (should be none)."""
+        named: set[str] = set()
+        for e in self.events(rid):
+            d = e.data or {}
+            named.update(d.get("hosts") or [])
+            for hosts in (d.get("to") or {}).values():
+                named.update(hosts)
+            if d.get("host"):
+                named.add(d["host"])
+        return [s.host for s in self.steps(rid) if s.state != "planned" and s.host not in named]

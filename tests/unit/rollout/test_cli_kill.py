@@ -1,0 +1,95 @@
+"""Real SIGKILLs: `fleet rollout start --sim` in a subprocess, killed at random moments, then
+`fleet rollout resume --force`; the simulated hosts persist in their state file, as real hosts
+would. Then the CLI's exit codes and reports."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from datetime import date
+from pathlib import Path
+
+import pytest
+
+from fleet.domain.matrix.loader import load_matrix
+from fleet.history import open_history
+from fleet.history.rollouts import list_rollouts, load_steps, rollout_events
+from fleet.jobs.rollout import invariants
+from fleet.sim import load_fleet
+
+ROOT = Path(__file__).resolve().parents[3]
+MATRIX = str(ROOT / "matrices" / "example.yaml")
+
+
+def fleet_cmd(db: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "fleet", "--db", str(db), "rollout", *args]
+
+
+def run(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(fleet_cmd(db, *args), capture_output=True, text=True, timeout=120,
+                          cwd=ROOT, env={**os.environ, "COLUMNS": "200"})
+
+
+START = ("start", "-m", MATRIX, "--sim", "80", "--pool", "h100-canary", "--pool", "h100")
+
+
+@pytest.mark.parametrize("k", range(4))
+def test_sigkill_then_resume(tmp_path: Path, k: int) -> None:
+    db = tmp_path / "h.db"
+    proc = subprocess.Popen(fleet_cmd(db, *START), cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:  # until the rollout begins
+        if (tmp_path / "h.db.sim.json").exists():
+            break
+        time.sleep(0.02)
+    time.sleep(random.Random(f"kill/{k}").uniform(0.0, 2.5))
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    m = load_matrix(MATRIX, today=date.today()).matrix
+    with open_history(str(db)) as h:
+        rows = list_rollouts(h, limit=1)
+    if not rows:
+        pytest.skip("killed before the rollout was recorded")
+    rid = rows[0].id
+    if rows[0].status in ("running", "rolling_back"):
+        refused = run(db, "resume", str(rid))
+        if proc.returncode == -signal.SIGKILL and rows[0].lock_owner:
+            assert refused.returncode == 3 and "--force" in refused.stderr
+        done = run(db, "resume", str(rid), "--force", "--json")
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert json.loads(done.stdout)["status"] == "completed"
+    fleet = load_fleet(tmp_path / "h.db.sim.json", m)
+    with open_history(str(db)) as h:
+        steps = load_steps(h, rid)
+        assert invariants(steps, fleet.scheduler(), fleet.installed_release) == []
+        kinds = [e.kind for e in rollout_events(h, rid)]
+    assert kinds[-1] == "rollout.end"
+    for s in steps:
+        assert fleet.installed_release(s.host) == s.to_release
+
+
+def test_cli_exit_codes_and_reports(tmp_path: Path) -> None:
+    db = tmp_path / "h.db"
+    slow = run(db, "start", "-m", MATRIX, "--sim", "80", "--pool", "h100-canary",
+               "--sim-slow", "r580-cuda13.0=0.8", "--json")
+    assert slow.returncode == 1, slow.stderr[-2000:]
+    assert json.loads(slow.stdout)["status"] == "rolled_back"
+    paused = run(db, "start", "-m", MATRIX, "--sim", "80", "--pool", "h100-canary",
+                 "--sim-slow", "r580-cuda13.0=0.96", "--json")
+    assert paused.returncode == 3
+    rid = json.loads(paused.stdout)["rollout_id"]
+    again = run(db, "start", "-m", MATRIX, "--sim", "80", "--pool", "h100-canary")
+    assert again.returncode == 3 and "paused" in again.stderr
+    aborted = run(db, "abort", str(rid), "--reason", "too slow", "--json")
+    assert aborted.returncode == 1 and json.loads(aborted.stdout)["status"] == "aborted"
+    status = run(db, "status", str(rid), "--json")
+    assert status.returncode == 0 and json.loads(status.stdout)["status"] == "aborted"
+    hist = run(db, "history", "--json")
+    assert [r["status"] for r in json.loads(hist.stdout)["rollouts"]] == ["aborted",
+                                                                          "rolled_back"]
