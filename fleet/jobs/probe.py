@@ -55,13 +55,16 @@ def pool_of(host: Any, matrix: Matrix | None) -> str | None:
     return None
 
 
-def _cursor(history: History, host: str) -> str | None:
-    rows = latest_snapshots(history, hosts=[host], reachable_only=True)
-    if not rows:
-        return None
-    log = (rows[0][1].facts or {}).get("kernel_log") or {}
-    cursor = log.get("cursor") if isinstance(log, dict) else None
-    return cursor if isinstance(cursor, str) else None
+def _cursors(history: History, hosts: Sequence[str]) -> dict[str, str | None]:
+    """Each host's kernel-log cursor from its newest reachable snapshot, in one query."""
+    out: dict[str, str | None] = dict.fromkeys(hosts)
+    if not hosts:
+        return out
+    for host, snap in latest_snapshots(history, hosts=list(hosts), reachable_only=True):
+        log = (snap.facts or {}).get("kernel_log") or {}
+        cursor = log.get("cursor") if isinstance(log, dict) else None
+        out[host.name] = cursor if isinstance(cursor, str) else None
+    return out
 
 
 def probe_inventory(
@@ -80,7 +83,7 @@ def probe_inventory(
 
     inventory = load_inventory(inventory_path)
     hosts = select_hosts(inventory, limit)
-    cursors = {h.name: _cursor(history, h.name) for h in hosts}
+    cursors = _cursors(history, [h.name for h in hosts])
     pools = {h.name: pool_of(h, matrix) for h in hosts}
     with connected(inventory, hosts, connect_timeout=connect_timeout) as conn:
         raw = gather(conn, HostProbe, kwargs_for=lambda h: {

@@ -121,6 +121,18 @@ def connected(inventory: Any, hosts: Iterable[Any], *, parallel: int = 0,
         log.removeHandler(collector)
         with suppress(Exception):  # never let teardown hide the real outcome
             disconnect_all(state)
+        _close_clients(chosen)
+
+
+def _close_clients(hosts: Iterable[Any]) -> None:
+    """Close each host's SSH client: pyinfra 3.10's SSH connector `disconnect()` leaves it open,
+    so its paramiko transport threads lived on until the interpreter exited (about 0.3 s of
+    shutdown for 20 hosts in `fleet probe`) and every extra call kept more connections open."""
+    for h in hosts:
+        client = getattr(getattr(h, "connector", None), "client", None)
+        if client is not None:
+            with suppress(Exception):
+                client.close()
 
 
 def _reason(host: str, messages: list[str]) -> str:

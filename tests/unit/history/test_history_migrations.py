@@ -63,3 +63,18 @@ def test_database_from_a_newer_fleet_is_refused(tmp_path: Path) -> None:
         conn.execute(text("UPDATE alembic_version SET version_num = '9999'"))
     with pytest.raises(CouldNotComplete, match="newer fleet"):
         open_history(db)
+
+
+def test_file_head_matches_alembic_and_skips_it_at_head(tmp_path) -> None:
+    """`open_history` reads the head from the migration files (no alembic import) and upgrades
+    only when the database is behind it."""
+    from fleet.history import open_history
+    from fleet.history.engine import at_head, file_head
+    from fleet.history.migrate import head_revision
+
+    assert file_head() == head_revision()
+    with open_history(str(tmp_path / "h.db")) as h:
+        assert at_head(h)
+        with h.engine.begin() as conn:
+            conn.exec_driver_sql("UPDATE alembic_version SET version_num = 'older'")
+        assert not at_head(h)
