@@ -36,6 +36,8 @@ from fleet.domain.checks.xid import xid_catalog
 from fleet.domain.matrix.models import Thresholds
 
 WEEK_S = 7 * 24 * 3600.0
+CLOCK_SLACK_S = 0.002
+"""Samples up to this far after `now` still count as taken at `now` (storage rounding)."""
 
 SERIES_FIELDS: tuple[str, ...] = (
     "t",  # epoch seconds (float)
@@ -327,7 +329,9 @@ def analyze_gpu(
             while i > 0 and rows[i - 1][UUID] == cur_uuid:
                 i -= 1
             rows = rows[i:]
-    rows = [r for r in rows if r[T] <= now]
+    # + CLOCK_SLACK_S: the history's SQLite reader rounds times to the millisecond (julianday), so
+    # the sample this very run recorded at `now` can read up to 0.5 ms *after* `now`
+    rows = [r for r in rows if r[T] <= now + CLOCK_SLACK_S]
     trend = GpuTrend(host, pool, gpu_index, rows[-1][UUID] if rows else None, platform=platform)
     ecc = [0.0] * k
     ecc_unc = [0.0] * k

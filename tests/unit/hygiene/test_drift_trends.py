@@ -153,6 +153,17 @@ def test_missed_probe_is_spread_not_doubled() -> None:
     assert not g.flags
 
 
+def test_this_runs_sample_counts_though_storage_rounds_it_past_now() -> None:
+    """SQLite's julianday rounds the stored time to the millisecond: the sample the hygiene run
+    recorded at `now` reads back up to 0.5 ms later, and must still be this week's (found on
+    the lab: the week's whole growth vanished)."""
+    rows = weeks([{"ecc_corrected_aggregate": v} for v in (0, 150, 450, 1050)], 4)
+    rows.append(row(NOW + 0.00044, ecc_corrected_aggregate=2250))
+    g = analyze_gpu("h", "p", 0, rows, now=NOW, thresholds=Thresholds())
+    assert [round(v) for v in g.ecc_corrected_weekly] == [150, 300, 600, 1200]
+    assert {f.kind for f in g.flags} == {"ecc_corrected_rate", "ecc_corrected_rising"}
+
+
 def test_rising_ecc_flagged_and_flat_noise_not() -> None:
     rising = weeks([{"ecc_corrected_aggregate": v} for v in (0, 100, 300, 700, 1500)], 4)
     g = analyze_gpu("h", "p", 0, rising, now=NOW, thresholds=Thresholds())
