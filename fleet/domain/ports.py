@@ -70,7 +70,11 @@ class Backend(Protocol):
 
     def hosts(self) -> list[HostRef]: ...
 
-    def probe(self, hosts: Sequence[str]) -> dict[str, HostResult[HostFacts]]: ...
+    def probe(self, hosts: Sequence[str], *, since: Mapping[str, str | None] | None = None
+              ) -> dict[str, HostResult[HostFacts]]:
+        """Host facts; `since` gives each host's kernel-log cursor from its last probe, so an
+        event is counted once, not again at every probe until the host reboots."""
+        ...
 
     def plan(self, hosts: Sequence[str], release: Release) -> dict[str, HostResult[PinPlan]]:
         """What pinning `release` would change on each host; touches nothing."""

@@ -47,7 +47,7 @@ from fleet.history import (
     record_benchmark,
     record_event,
 )
-from fleet.jobs.record import record_snapshot
+from fleet.jobs.record import kernel_cursors, record_snapshot
 
 BENCH_NAME = "hygiene-synthetic"
 DRAIN_MARK = "fleet-hygiene"
@@ -197,7 +197,8 @@ def run_hygiene(
 
     # 1. probe and record
     say(f"probing {len(refs)} host(s)")
-    answers = backend.probe([r.name for r in refs])
+    names = [r.name for r in refs]
+    answers = backend.probe(names, since=kernel_cursors(history, names))
     inputs: list[DriftInput] = []
     findings: dict[str, list[Finding]] = {}
     for ref in refs:

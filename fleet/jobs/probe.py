@@ -17,8 +17,8 @@ from pydantic import ValidationError
 from fleet.domain.checks import Finding, run_checks
 from fleet.domain.facts import HostFacts
 from fleet.domain.matrix.models import Matrix
-from fleet.history import History, add_snapshot, latest_snapshots, record_event
-from fleet.jobs.record import record_snapshot
+from fleet.history import History, add_snapshot, record_event
+from fleet.jobs.record import kernel_cursors, record_snapshot
 
 
 @dataclass
@@ -55,18 +55,6 @@ def pool_of(host: Any, matrix: Matrix | None) -> str | None:
     return None
 
 
-def _cursors(history: History, hosts: Sequence[str]) -> dict[str, str | None]:
-    """Each host's kernel-log cursor from its newest reachable snapshot, in one query."""
-    out: dict[str, str | None] = dict.fromkeys(hosts)
-    if not hosts:
-        return out
-    for host, snap in latest_snapshots(history, hosts=list(hosts), reachable_only=True):
-        log = (snap.facts or {}).get("kernel_log") or {}
-        cursor = log.get("cursor") if isinstance(log, dict) else None
-        out[host.name] = cursor if isinstance(cursor, str) else None
-    return out
-
-
 def probe_inventory(
     inventory_path: str | Path,
     limit: Sequence[str] | None,
@@ -83,7 +71,7 @@ def probe_inventory(
 
     inventory = load_inventory(inventory_path)
     hosts = select_hosts(inventory, limit)
-    cursors = _cursors(history, [h.name for h in hosts])
+    cursors = kernel_cursors(history, [h.name for h in hosts])
     pools = {h.name: pool_of(h, matrix) for h in hosts}
     with connected(inventory, hosts, connect_timeout=connect_timeout) as conn:
         raw = gather(conn, HostProbe, kwargs_for=lambda h: {

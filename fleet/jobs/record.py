@@ -14,7 +14,7 @@ from sqlmodel import Session
 
 from fleet.domain.checks import Finding
 from fleet.domain.facts import GpuFacts, HostFacts
-from fleet.history import History, add_snapshot
+from fleet.history import History, add_snapshot, latest_snapshots
 
 
 def _aer_totals(facts: HostFacts, pci: str | None) -> dict[str, int | None]:
@@ -110,3 +110,15 @@ def snapshot_row(host: str, facts: HostFacts, findings: Sequence[Finding], *,
         "facts": facts.to_json_dict(), "gpus": gpu_rows(facts),
         "findings": finding_rows(facts, findings),
     }
+
+
+def kernel_cursors(history: History, hosts: Sequence[str]) -> dict[str, str | None]:
+    """Each host's kernel-log cursor from its newest reachable snapshot, in one query."""
+    out: dict[str, str | None] = dict.fromkeys(hosts)
+    if not hosts:
+        return out
+    for host, snap in latest_snapshots(history, hosts=list(hosts), reachable_only=True):
+        log = (snap.facts or {}).get("kernel_log") or {}
+        cursor = log.get("cursor") if isinstance(log, dict) else None
+        out[host.name] = cursor if isinstance(cursor, str) else None
+    return out

@@ -101,12 +101,15 @@ class FakeBackend:
         self.by_name = {h.name: h for h in hosts}
         self.bench_factor = dict(bench or {})
         self.benchmarked: list[str] = []
+        self.since: list[Mapping[str, str | None] | None] = []  # the cursors each probe got
         self.rng = random.Random(3)
 
     def hosts(self) -> list[HostRef]:
         return [HostRef(h.name, h.pool, "H100", h.gpus) for h in self.by_name.values()]
 
-    def probe(self, hosts: Sequence[str]) -> dict[str, HostResult[HostFacts]]:
+    def probe(self, hosts: Sequence[str], *, since: Mapping[str, str | None] | None = None,
+              ) -> dict[str, HostResult[HostFacts]]:
+        self.since.append(since)
         out: dict[str, HostResult[HostFacts]] = {}
         for name in hosts:
             h = self.by_name[name]

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from fleet.domain.facts import HostFacts, KernelLog
 from fleet.domain.ports import AdminState
 from fleet.errors import ExitCode
 from fleet.history import list_events, list_quarantines, open_history
@@ -181,3 +182,25 @@ def test_benchmark_regression_per_pool(tmp_path: Path, factor: float, verdict: s
     assert by_pool["a100"].verdict == "pass"
     assert by_pool["h100"].verdict == verdict
     assert (report.exit_code == ExitCode.PROBLEMS) == (verdict == "fail")
+
+
+def test_each_probe_resumes_the_kernel_log_where_the_last_stopped(tmp_path: Path) -> None:
+    """Without cursors an Xid logged once would be counted again every week until a reboot."""
+    matrix, hosts, by, history = seeded(tmp_path, offenders=False, weeks=1)
+    backend, scheduler = FakeBackend(hosts), FakeScheduler()
+    cursor = "file:4242:1000"
+    original = FakeHost.facts
+
+    def with_cursor(self: FakeHost) -> HostFacts:
+        facts = original(self)
+        return facts.model_copy(update={"kernel_log": KernelLog(source="file", cursor=cursor)})
+
+    FakeHost.facts = with_cursor  # type: ignore[method-assign]
+    try:
+        run_hygiene(backend, scheduler, history, matrix, now=NOW)
+        run_hygiene(backend, scheduler, history, matrix, now=NOW + WEEK)
+    finally:
+        FakeHost.facts = original  # type: ignore[method-assign]
+    first, second = backend.since[0], backend.since[1]
+    assert set((first or {}).values()) == {None}
+    assert second == {h.name: cursor for h in hosts}

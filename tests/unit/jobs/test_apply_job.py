@@ -71,7 +71,8 @@ class MemoryBackend:
         self.rebooted += hosts
         return {h: HostResult(h, None, changed=True) for h in hosts}
 
-    def probe(self, hosts: Sequence[str]) -> dict[str, HostResult[HostFacts]]:
+    def probe(self, hosts: Sequence[str], *, since: Mapping[str, str | None] | None = None,
+              ) -> dict[str, HostResult[HostFacts]]:
         out = {}
         for h in hosts:
             driver = next((v.rsplit("-", 1)[0] for p, v in self.installed[h].items()
