@@ -328,9 +328,11 @@ def prepare_boot(paths: LabPaths, host: HostSpec, model_server: bool = False) ->
     if loaded:
         nodes = [(f"nvidia{i}", i) for i in range(PROFILES[host.gpu_model].count)]
         nodes += [("nvidiactl", 255), ("nvidia-modeset", 254)]
-        for n, minor in nodes:
-            os.mknod(dev / n, 0o666 | stat.S_IFCHR, os.makedev(NVIDIA_MAJOR, minor))
-        os.mknod(dev / "nvidia-uvm", 0o666 | stat.S_IFCHR, os.makedev(510, 0))
+        nodes_at = [(dev / n, os.makedev(NVIDIA_MAJOR, minor)) for n, minor in nodes]
+        nodes_at.append((dev / "nvidia-uvm", os.makedev(510, 0)))
+        for path, device in nodes_at:
+            os.mknod(path, 0o666 | stat.S_IFCHR, device)
+            os.chmod(path, 0o666)  # crw-rw-rw- as the driver makes them; mknod obeys the umask
     info = {
         "boot_id": boot_id,
         "boot_time": time.time(),

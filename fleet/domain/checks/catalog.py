@@ -686,7 +686,7 @@ def temperature(facts: HostFacts, exp: Expectations, th: Thresholds) -> Iterable
             yield _f(
                 "gpu.temperature",
                 FAIL,
-                "none",
+                "drain",
                 f"{g.label}: {g.temperature_c} C, above the {th.gpu_temperature_max_c} C limit; "
                 "check cooling and airflow",
                 g,
