@@ -278,7 +278,7 @@ CASES: list[tuple[str, dict[str, Any], tuple[str, str, str]]] = [
         with_gpu0(clock_event_reasons=["hw_thermal_slowdown"]),
         ("clocks.slowdown", "warn", "none"),
     ),
-    ("too hot", with_gpu0(temperature_c=90), ("gpu.temperature", "fail", "none")),
+    ("too hot", with_gpu0(temperature_c=90), ("gpu.temperature", "fail", "drain")),
     ("persistence off", with_gpu0(persistence_mode=False), ("persistence_mode", "warn", "none")),
     (
         "unexpected MIG",
@@ -395,7 +395,7 @@ def test_thresholds_override() -> None:
         (
             with_gpu0(temperature_c=86),
             Thresholds(gpu_temperature_max_c=85),
-            [("gpu.temperature", "fail", "none")],
+            [("gpu.temperature", "fail", "drain")],
         ),
         (
             with_gpu0(clock_event_reasons=["sw_power_cap"]),
@@ -417,7 +417,7 @@ def test_matrix_thresholds_drive_the_checks() -> None:
         {"golden": {"default": "r"}, "thresholds": {"gpu_temperature_max_c": 80}}
     )
     assert findings(with_gpu0(temperature_c=82), th=policy.thresholds) == [
-        ("gpu.temperature", "fail", "none")
+        ("gpu.temperature", "fail", "drain")
     ]
 
 
