@@ -56,7 +56,7 @@ class SimHost:
 
     __slots__ = ("name", "index", "pool", "profile", "gpu_count", "unit", "rack", "os_family",
                  "initial", "pkg", "loaded", "boots", "boot_at", "probes", "probes_boot",
-                 "benches", "faults", "hung", "log")
+                 "benches", "faults", "hung", "log", "drift", "ecc_agg", "ecc_vol")
 
     def __init__(self, name: str, index: int, pool: str, profile: GpuProfile, gpu_count: int,
                  unit: str | None, rack: str, os_family: OsFamily, release: str | None,
@@ -80,6 +80,12 @@ class SimHost:
         self.faults: HostFaults = HEALTHY
         self.hung = False
         self.log: list[str] = []
+        # packages changed by hand (package -> (distro version or None: removed, held)),
+        # on top of what the pin deploy left; a pin that manages the package puts it back
+        self.drift: dict[str, tuple[str | None, bool]] = {}
+        # corrected ECC errors of the faulty GPU: lifetime, and since the driver was loaded
+        self.ecc_agg = 0
+        self.ecc_vol = 0
 
     @property
     def reachable(self) -> bool:
@@ -289,12 +295,34 @@ class SimFleet:
         self._canon[key] = out
         return out
 
+    def _packages(self, h: SimHost) -> tuple[dict[str, str], frozenset[str]]:
+        """Installed packages (name -> distro version) and held names, drift included."""
+        installed, held, _ = self._canonical(h.pkg, h.os_family)
+        if not h.drift:
+            return installed, held
+        pkgs, holds = dict(installed), set(held)
+        for name, (version, is_held) in h.drift.items():
+            if version is None:
+                pkgs.pop(name, None)
+                holds.discard(name)
+                continue
+            pkgs[name] = version
+            if is_held:
+                holds.add(name)
+            else:
+                holds.discard(name)
+        return pkgs, frozenset(holds)
+
     def _plan_for(self, h: SimHost, release: Release) -> PinPlan:
+        fam: OsFamily = "debian" if h.os_family == "debian" else "rhel"
+        if h.drift:  # a hand-changed host: its own plan, never cached
+            installed, held = self._packages(h)
+            files = self._canonical(h.pkg, h.os_family)[2]
+            return plan_pin(fam, release.packages(fam), installed, held, files)
         key = (h.pkg, release.name, h.os_family)
         plan = self._plans.get(key)
         if plan is None:
             installed, held, files = self._canonical(h.pkg, h.os_family)
-            fam: OsFamily = "debian" if h.os_family == "debian" else "rhel"
             plan = plan_pin(fam, release.packages(fam), installed, held, files)
             self._plans[key] = plan
         return plan
@@ -346,6 +374,8 @@ class SimFleet:
                 continue
             h.probes += 1
             h.probes_boot += 1
+            h.ecc_agg += h.faults.ecc_rising
+            h.ecc_vol += h.faults.ecc_rising
             out[name] = HostResult(name, HostFacts.model_validate(
                 self.probe_document(name, since=(since or {}).get(name))),
                 seconds=self.latency.probe)
@@ -356,7 +386,6 @@ class SimFleet:
         h = self._host(host)
         xids = self._active_xids(h)
         gpu = self._fault_gpu(h)
-        rate = h.faults.ecc_rising
         return F.host_facts(
             seed=self.seed, host=h.name, host_index=h.index, profile=h.profile,
             gpu_count=h.gpu_count, os_family=h.os_family, now=self.clock(),
@@ -364,11 +393,11 @@ class SimFleet:
             userspace=self._release(h.pkg), loaded=self._release(h.loaded), log_lines=h.log,
             since=since, lost_gpu=gpu if 79 in xids else None,
             dbe_gpu=gpu if 48 in xids else None, ecc_gpu=gpu,
-            ecc_volatile=rate * h.probes_boot, ecc_aggregate=rate * h.probes,
+            ecc_volatile=h.ecc_vol, ecc_aggregate=h.ecc_agg,
         )
 
     def _installed(self, h: SimHost) -> list[tuple[str, str, bool]]:
-        installed, held, _ = self._canonical(h.pkg, h.os_family)
+        installed, held = self._packages(h)
         return [(n, v, n in held) for n, v in sorted(installed.items())]
 
     def plan(self, hosts: Sequence[str], release: Release) -> dict[str, HostResult[PinPlan]]:
@@ -399,6 +428,11 @@ class SimFleet:
                           "returned an error code (1)")
                 continue
             h.pkg = release.name
+            if h.drift:  # the pin puts back every package it manages
+                fam: OsFamily = "debian" if h.os_family == "debian" else "rhel"
+                managed = {p.name for p in release.packages(fam)}
+                managed |= {c.package for c in plan.changes}
+                h.drift = {k: v for k, v in h.drift.items() if k not in managed}
             if not plan.reboot_required and h.loaded is not None:
                 h.loaded = release.name  # same kernel module: nothing to reload
             out[name] = HostResult(name, plan, changed=True, seconds=self.latency.apply)
@@ -423,6 +457,7 @@ class SimFleet:
             h.boots += 1
             h.boot_at = now
             h.probes_boot = 0
+            h.ecc_vol = 0
             h.loaded = h.pkg
             h.log = self._boot_log(h, now)
             out[name] = HostResult(name, None, changed=True, seconds=self.latency.reboot)
@@ -520,6 +555,21 @@ class SimFleet:
         h.faults = h.faults.merged(**changes)
         return h.faults
 
+    def drift(self, host: str, package: str, version: str | None, *,
+              held: bool | None = None) -> dict[str, str]:
+        """Change one installed package of `host` by hand, as `apt-get install pkg=VERSION`
+        would (`version` None: the package is removed), so the drift audit sees it. `version`
+        is the upstream version ("1.18.1"); the distro revision is added. `held` None keeps the
+        package's hold as it was. A later pin that manages the package puts it back.
+
+        Returns the host's installed packages (name -> distro version) after the change.
+        """
+        h = self._host(host)
+        was_held = package in self._packages(h)[1]
+        distro = F.distro_version(version, h.os_family) if version is not None else None
+        h.drift[package] = (distro, was_held if held is None else held)
+        return dict(self._packages(h)[0])
+
     def heal(self, host: str) -> None:
         """Clear every fault of `host` and bring it back if a reboot hung."""
         h = self._host(host)
@@ -536,6 +586,7 @@ class SimFleet:
             "loaded": h.loaded, "reachable": h.reachable, "boots": h.boots,
             "probes": h.probes, "benchmarks": h.benches, "faults": h.faults.as_dict(),
             "perf_factor": self.perf_factor(host),
+            "drift": {k: v for k, (v, _held) in sorted(h.drift.items())},
         }
 
     def scheduler(self) -> SimScheduler:

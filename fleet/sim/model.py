@@ -105,7 +105,7 @@ class HostFaults:
     - slow_factor: performance factor on any release other than the starting one (0.75 = 25%
       slower); the fleet-wide `release_perf` slows a release on every host.
     - ecc_rising: corrected ECC errors each probe adds on one GPU (volatile since boot, aggregate
-      for the GPU's life).
+      for the GPU's life), from when it is set: raise it week by week for a rising trend.
     - reboot_hangs: a reboot never comes back; the host is unreachable from then on.
     """
 

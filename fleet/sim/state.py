@@ -33,10 +33,12 @@ def fleet_state(fleet: SimFleet) -> dict[str, Any]:
             "gpu_count": h.gpu_count, "unit": h.unit, "rack": h.rack, "os_family": h.os_family,
             "initial": h.initial, "pkg": h.pkg, "loaded": h.loaded, "boots": h.boots,
             "boot_at": h.boot_at.isoformat(), "probes": h.probes, "probes_boot": h.probes_boot,
-            "benches": h.benches,
+            "benches": h.benches, "ecc_agg": h.ecc_agg, "ecc_vol": h.ecc_vol,
             "faults": {k: (list(v) if isinstance(v, tuple) else v)
                        for k, v in h.faults.as_dict().items()},
             "hung": h.hung, "log": list(h.log),
+            **({"drift": {k: [v, held] for k, (v, held) in sorted(h.drift.items())}}
+               if h.drift else {}),
         })
     sched: dict[str, Any] = {}
     if fleet._scheduler is not None:
@@ -94,7 +96,12 @@ def fleet_from_state(doc: dict[str, Any], matrix: Matrix) -> SimFleet:
         faults = dict(d["faults"])
         faults["xid_after_upgrade"] = tuple(faults.get("xid_after_upgrade") or ())
         h.faults = HostFaults(**faults)
+        # files written before the counters were kept: each probe added the fault's rate
+        rate = h.faults.ecc_rising
+        h.ecc_agg = int(d.get("ecc_agg", rate * h.probes))
+        h.ecc_vol = int(d.get("ecc_vol", rate * h.probes_boot))
         h.hung, h.log = bool(d["hung"]), list(d["log"])
+        h.drift = {k: (v[0], bool(v[1])) for k, v in (d.get("drift") or {}).items()}
         hosts.append(h)
     clock = SimClock(datetime.fromisoformat(doc["now"])) if doc.get("now") else None
     fleet = SimFleet(hosts, matrix.releases, seed=int(doc["seed"]), clock=clock,
