@@ -240,6 +240,21 @@ def rollout_events(history: History, rollout_id: int, *, limit: int = 10_000) ->
         return list(s.exec(stmt).all())
 
 
+def completed_moves(history: History, host: str) -> list[tuple[dt.datetime, str, str]]:
+    """A host's finished rollout moves as (ended_at, from_release, to_release), newest first:
+    where `previous_known_good` learns what a host ran before a rollout moved it."""
+    stmt = (
+        select(HostStep.ended_at, HostStep.from_release, HostStep.to_release)
+        .join(Host, col(Host.id) == col(HostStep.host_id))
+        .where(Host.name == host, HostStep.state == "done",
+               col(HostStep.from_release).is_not(None), col(HostStep.ended_at).is_not(None))
+        .order_by(col(HostStep.ended_at).desc())
+    )
+    with history.read() as s:
+        return [(at, src, dst) for at, src, dst in s.exec(stmt).all()
+                if at is not None and src is not None and dst is not None and src != dst]
+
+
 def start_data(history: History, rollout_id: int) -> dict[str, Any]:
     """What `rollout.start` recorded (the options a resume needs)."""
     stmt = select(Event).where(Event.subject == subject_of(rollout_id),

@@ -224,20 +224,24 @@ def _verify(backend: Backend, history: History, matrix: Matrix, release: Release
 
 def previous_known_good(history: History, matrix: Matrix, host: str,
                         pool: str | None) -> tuple[Release | None, str]:
-    """The release a host ran before its last successful move, else the matrix's previous.
+    """The release a host ran before its last forward move, else the matrix's previous.
 
+    Forward moves are `fleet apply` pins (apply.end events) and finished rollout steps; after a
+    rollback B -> A, "previous" stays A's predecessor, never the release just rolled back from.
     Returns the release (None when neither source has one) and where it came from.
     """
-    # Only forward moves count: after a rollback B -> A, "previous" must stay A's predecessor,
-    # never the release just rolled back from.
+    from fleet.history.rollouts import completed_moves
+
+    moves = [(at, src) for at, src, _ in completed_moves(history, host)]
     for event in list_events(history, limit=200, kind="apply.end", subject=host):
         data = event.data or {}
         if data.get("outcome") == "changed" and data.get("from_release"):
-            name = str(data["from_release"])
-            try:
-                return matrix.release(name), "history"
-            except KeyError:
-                continue
+            moves.append((event.at, str(data["from_release"])))
+    for _, name in sorted(moves, key=lambda m: m[0], reverse=True):
+        try:
+            return matrix.release(name), "history"
+        except KeyError:
+            continue  # a release the matrix no longer has
     if pool is not None:
         prev = matrix.previous_for(pool)
         if prev is not None:

@@ -254,3 +254,24 @@ def test_second_start_refused_while_running(matrix: Matrix, tmp_path: Path) -> N
 
     assert rig.start(engine=rig.engine(checkpoint=checkpoint)).status == "completed"
     assert seen and "running" in seen[0]
+
+
+def test_rollback_target_comes_from_the_rollout_history(matrix: Matrix, tmp_path: Path) -> None:
+    """After a rollout moved a host, `fleet rollback --to previous` goes back to what it ran
+    before that move, not to the matrix's policy.previous."""
+    from fleet.jobs.apply import previous_known_good
+
+    rig = Rig(matrix, tmp_path, pools={"h100": 4})
+    before = {h.name: rig.fleet.installed_release(h.name) for h in rig.fleet.hosts()}
+    res = rig.start()
+    assert res.status == "completed", res.reason
+    host = next(iter(before))
+    assert before[host] != rig.fleet.installed_release(host)
+    # a matrix whose policy.previous names another release, so the two sources differ
+    other = next(r.name for r in matrix.releases
+                 if r.name not in (before[host], rig.fleet.installed_release(host)))
+    policy = matrix.policy.model_copy(update={"previous": {**matrix.policy.previous,
+                                                           "h100": other}})
+    m2 = matrix.model_copy(update={"policy": policy})
+    prev, source = previous_known_good(rig.history, m2, host, "h100")
+    assert (prev.name if prev else None, source) == (before[host], "history")
