@@ -20,6 +20,8 @@ MatrixOpt = Annotated[Path, typer.Option("--matrix", "-m", envvar="FLEET_MATRIX"
 Limit = Annotated[list[str] | None, typer.Option(
     "--limit", "-l", help="Only these pools (groups) or host-name globs; repeatable.")]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
+Force = Annotated[bool, typer.Option(
+    "--force", help="Pin hosts of a pool that an unfinished rollout covers (recorded).")]
 
 _STYLE = {"changed": "green", "unchanged": "dim", "would_change": "cyan", "failed": "red",
           "unreachable": "red", "refused": "yellow"}
@@ -61,6 +63,7 @@ def apply(
     limit: Limit = None,
     dry: Annotated[bool, typer.Option("--dry", help="Show what would change; touch nothing.")]
     = False,
+    force: Force = False,
     json_out: JsonFlag = False,
 ) -> None:
     """Pin a release onto hosts: exact packages, apt pin or dnf versionlock, held, verified.
@@ -87,6 +90,7 @@ def apply(
     targets = {h.name: rel for h in backend.hosts()}
     with open_history(settings(ctx).db) as history, console.status("applying") as status:
         results = pin_hosts(backend, history, m, targets, now=_now, dry=dry, actor=os_actor(),
+                            force=force,
                             on_progress=lambda h, what: status.update(f"{what}: {h}"))
     _report(results, json_out, {"release": release, "dry": dry})
     _exit(results)
@@ -106,6 +110,7 @@ def rollback(
         "the matrix's previous for its pool) or a release name.")] = "previous",
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
     = False,
+    force: Force = False,
     json_out: JsonFlag = False,
 ) -> None:
     """Put a pool or hosts back on their last known-good release, verified (incident path).
@@ -161,6 +166,7 @@ def rollback(
                      actor=actor, at=_now())
         with console.status("rolling back") as status:
             results = pin_hosts(backend, history, m, targets, now=_now, kind="rollback",
+                                force=force,
                                 reason=reason, actor=actor,
                                 on_progress=lambda h, what: status.update(f"{what}: {h}"))
     _report(results, json_out, {"reason": reason, "actor": actor, "sources": sources})

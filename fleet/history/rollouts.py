@@ -169,6 +169,12 @@ def _busy(s: Session, pools: Iterable[str]) -> list[tuple[int, str, list[str]]]:
     return out
 
 
+def active_rollouts(history: History, pools: Iterable[str]) -> list[tuple[int, str, list[str]]]:
+    """Unfinished rollouts covering any of `pools`: (id, status, the pools they share)."""
+    with history.read() as s:
+        return _busy(s, pools)
+
+
 def _host_ids(s: Session, names: Sequence[str], info: Mapping[str, Mapping[str, Any]],
               when: dt.datetime) -> dict[str, int]:
     """Ids of `names` in the hosts table, inserting the missing ones in one statement."""

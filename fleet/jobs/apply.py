@@ -82,11 +82,25 @@ def pin_hosts(
     kind: str = "apply",
     reason: str | None = None,
     actor: str | None = None,
+    force: bool = False,
     on_progress: Callable[[str, str], None] | None = None,
 ) -> list[HostApply]:
-    """Put each host of `targets` on its release; returns one `HostApply` per host."""
+    """Put each host of `targets` on its release; returns one `HostApply` per host.
+
+    Hosts of a pool that an unfinished rollout covers are refused, unless `force` (recorded):
+    pinning under a running rollout would fight its waves and confuse its resume.
+    """
+    from fleet.history.rollouts import active_rollouts
+
     say = on_progress or (lambda host, what: None)
     refs = {r.name: r for r in backend.hosts()}
+    pools = {refs[n].pool for n in targets if n in refs and refs[n].pool}
+    locked = {p: rid for rid, _, shared in active_rollouts(history, pools) for p in shared}
+    if locked and force and not dry:
+        record_event(history, f"{kind}.force", ",".join(sorted(locked)),
+                     f"{kind} forced over active rollout(s) "
+                     + ", ".join(f"{rid} ({p})" for p, rid in sorted(locked.items())),
+                     {"rollouts": locked, "reason": reason}, actor=actor, at=now())
     results = {name: HostApply(name, refs[name].pool if name in refs else None, rel.name)
                for name, rel in targets.items()}
     by_release: dict[str, list[str]] = defaultdict(list)
@@ -94,6 +108,10 @@ def pin_hosts(
         res = results[name]
         if name not in refs:
             res.outcome, res.error = "refused", "not in the inventory"
+        elif refs[name].pool in locked and not force:
+            res.outcome = "refused"
+            res.error = (f"pool {refs[name].pool} is under rollout {locked[refs[name].pool]}; "
+                         "finish or abort it, or pass --force")
         elif (why := refusal(matrix, rel, refs[name])) is not None:
             res.outcome, res.error = "refused", why
         else:

@@ -179,3 +179,21 @@ def test_gpu_architecture_is_refused(matrix: Matrix, tmp_path: Path) -> None:
         results = pin_hosts(backend, h, matrix, {"h1": newer}, now=lambda: NOW)
     assert results[0].outcome == "refused"
     assert "last branch supporting V100" in (results[0].error or "")
+
+
+def test_pools_under_an_active_rollout_are_refused_unless_forced(matrix: Matrix,
+                                                                 tmp_path: Path) -> None:
+    from fleet.history.rollouts import create_rollout
+
+    backend, golden, other = setup(matrix)
+    pool = backend.refs[0].pool
+    with open_history(str(tmp_path / "h.db")) as h:
+        rid = create_rollout(h, matrix_path="m.yaml", release=other.name, pools=[pool],
+                             waves=[], started_by="tester", owner="tester@box", pid=1,
+                             at=NOW, wall=NOW)
+        refused = pin_hosts(backend, h, matrix, {"h0": other}, now=lambda: NOW)
+        assert refused[0].outcome == "refused" and f"rollout {rid}" in (refused[0].error or "")
+        assert backend.installed["h0"] == on(golden)
+        forced = pin_hosts(backend, h, matrix, {"h0": other}, now=lambda: NOW, force=True)
+        assert forced[0].outcome == "changed"
+        assert [e.kind for e in list_events(h, kind="apply.force")] == ["apply.force"]
