@@ -253,7 +253,7 @@ def run_hygiene(
         benches = _benchmarks(backend, history, drift, excluded, now=now,
                               per_pool=bench_hosts_per_pool,
                               baseline_weeks=bench_baseline_weeks,
-                              judge=judge_fn, say=say)
+                              judge=judge_fn, matrix=matrix, say=say)
 
     report = HygieneReport(
         now=now, hosts=refs, drift=drift, trends=trends, quarantine=plan, applied=applied,
@@ -294,6 +294,7 @@ def _quarantine(history: History, scheduler: Scheduler, host: str, reason: str,
 def _benchmarks(
     backend: Backend, history: History, drift: Sequence[HostDrift], excluded: set[str], *,
     now: dt.datetime, per_pool: int, baseline_weeks: int, judge: BenchJudge | None,
+    matrix: Matrix | None = None,
     say: Callable[[str], None],
 ) -> list[PoolBenchmark]:
     by_pool: dict[str, list[HostDrift]] = {}
@@ -309,7 +310,9 @@ def _benchmarks(
         say(f"benchmarking pool {pool} on {', '.join(chosen)}")
         baseline = benchmark_samples(history, pool=pool, name=BENCH_NAME, kind="synthetic",
                                      since=now - dt.timedelta(weeks=baseline_weeks), until=now)
-        results = backend.benchmark(chosen, "synthetic")
+        params = (matrix.pools[pool].rollout.gates.suite_params().get("synthetic", {})
+                  if matrix is not None and pool in matrix.pools else {})
+        results = backend.benchmark(chosen, "synthetic", params)
         candidate: dict[str, list[float]] = {}
         errors = []
         release = {d.host: d.release for d in by_pool[pool]}

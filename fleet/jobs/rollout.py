@@ -750,7 +750,9 @@ class RolloutEngine:
         detail: dict[str, Any] = {"canary_hosts": canary, "baseline_hosts": baseline,
                                   "suites": {}}
         for suite in suites:
-            params = dict(self.opts.suite_params.get(suite, {}))
+            # the pool's gate settings name the command/endpoint; engine options override them
+            pool_params = self._settings(w.pool).gates.suite_params().get(suite, {})
+            params = {**pool_params, **self.opts.suite_params.get(suite, {})}
             started = self.now()
             out = self.backend.benchmark(canary + baseline, suite, params)
             ended = self.now()
@@ -784,7 +786,13 @@ class RolloutEngine:
                                "of the pool left on it, and no history)")
                 continue
             base, source = chosen
-            specs = list(self.opts.suite_specs.get(suite, ()))
+            # the suite's specs for the metrics this benchmark measures (on either side: one the
+            # canary lacks stays, and fails as missing); a configured command that prints other
+            # metrics is judged by their names (judge.default_spec)
+            specs = [s for s in self.opts.suite_specs.get(suite, ())
+                     if s.name in c_samples or s.name in base]
+            if suite == "synthetic" and "command" in params:
+                specs = []  # the pool's own benchmark: its metrics are judged by their names
             j = judge(c_samples, base, specs or None, baseline_source=source,
                       config=self.opts.judge_config, only_specified=bool(specs))
             v = from_judge(j.verdict)

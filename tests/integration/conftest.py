@@ -1,4 +1,4 @@
-"""The lab for integration tests: 3 hosts (netns) for the whole session, torn down at the end."""
+"""The lab for integration tests: 5 hosts (netns) for the whole session, torn down at the end."""
 
 from __future__ import annotations
 
@@ -134,7 +134,7 @@ def lab_paths() -> Iterator[LabPaths]:
         lab.up(
             paths,
             lab.UpConfig(
-                hosts=3,
+                hosts=5,
                 matrix=ROOT / "matrices" / "example.yaml",
                 perf={"r550-cuda12.4": Perf(0.75, 0.01)},
             ),

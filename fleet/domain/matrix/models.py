@@ -55,6 +55,26 @@ def _check_constraint(value: str) -> str:
     return value
 
 
+_COMMAND_RE = re.compile(r"^[A-Za-z0-9_./:=,+@%-]+( [A-Za-z0-9_./:=,+@%-]+)*$")
+_ENDPOINT_RE = re.compile(r"^https?://[A-Za-z0-9.-]+(:\d{1,5})?(/[A-Za-z0-9_./%-]*)?$")
+
+
+def _check_command(value: str) -> str:
+    """A benchmark command: words of plain characters, run without a shell on the host."""
+    if not _COMMAND_RE.match(value):
+        raise ValueError(
+            "expected a command of plain words separated by single spaces (letters, digits and "
+            "_./:=,+@%-), run without a shell, e.g. 'fleet-lab-bench --seconds 5'"
+        )
+    return value
+
+
+def _check_endpoint(value: str) -> str:
+    if not _ENDPOINT_RE.match(value):
+        raise ValueError("expected an http(s) URL such as 'http://127.0.0.1:8000/infer'")
+    return value
+
+
 def _check_percent(value: object) -> object:
     """A host count (an integer >= 1) or a percentage string "1%".."100%"; nothing else."""
     if isinstance(value, str):
@@ -377,12 +397,30 @@ class Policy(_Model):
 
 
 class GateSettings(_Model):
-    """Which gates run between rollout steps, and how often an inconclusive gate is retried."""
+    """Which gates run between rollout steps, and how often an inconclusive gate is retried.
+
+    `benchmark_command` names the synthetic benchmark on the hosts (a command printing JSON
+    metrics; default: dcgmi diag, else a CUDA micro-benchmark, else "could not measure");
+    `replay_endpoint` is the HTTP endpoint on each host the replay suite sends its trace to.
+    """
 
     health: bool = True
     benchmark: bool = True
     replay: bool = False
     max_retries: int = Field(default=1, ge=0, le=10)
+    benchmark_command: Annotated[str, AfterValidator(_check_command)] | None = None
+    benchmark_repeats: int = Field(default=3, ge=1, le=100,
+                                   description="Runs of the synthetic benchmark per host.")
+    replay_endpoint: Annotated[str, AfterValidator(_check_endpoint)] | None = None
+
+    def suite_params(self) -> dict[str, dict[str, str | int]]:
+        """Per-suite parameters for `Backend.benchmark` from these settings."""
+        out: dict[str, dict[str, str | int]] = {"synthetic": {"repeats": self.benchmark_repeats}}
+        if self.benchmark_command:
+            out["synthetic"]["command"] = self.benchmark_command
+        if self.replay_endpoint:
+            out["replay"] = {"endpoint": self.replay_endpoint}
+        return out
 
 
 class RolloutSettings(_Model):

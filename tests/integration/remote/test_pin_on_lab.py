@@ -1,7 +1,7 @@
 """Pinning, rollback, probe and exec over real SSH on the lab (root; CI runs them).
 
-The lab's hosts: h1 H100 in pool h100-canary (golden: the candidate r580), h2 H100 in h100 and
-h3 A100 in a100 (golden: r570). All start on r570, installed but not pinned.
+The lab's hosts: h1 H100 in pool h100-canary (golden: the candidate r580), h2 and h5 H100 in
+h100, h3 A100 in a100, h4 L40S in l40s (golden: r570). The fixture pins r570 everywhere first.
 """
 
 from __future__ import annotations
@@ -125,12 +125,12 @@ def test_canary_upgrade_reboots_verifies_then_rolls_back(env, hosts) -> None:
 
 
 def test_drift_by_hand_is_found_and_corrected(env, hosts) -> None:
-    fleet(env, "apply", "-r", "r570-cuda12.8", "-l", "h100")
+    fleet(env, "apply", "-r", "r570-cuda12.8", "-l", "h2")
     hosts["h2"].sh("apt-mark unhold nvidia-driver-570-open && "
                    "rm -f /etc/apt/preferences.d/fleet-nvidia.pref")
-    rc, doc = fleet(env, "apply", "-r", "r570-cuda12.8", "-l", "h100", "--dry")
+    rc, doc = fleet(env, "apply", "-r", "r570-cuda12.8", "-l", "h2", "--dry")
     assert outcomes(doc) == {"h2": "would_change"}
-    rc, doc = fleet(env, "apply", "-r", "r570-cuda12.8", "-l", "h100")
+    rc, doc = fleet(env, "apply", "-r", "r570-cuda12.8", "-l", "h2")
     assert rc == 0 and outcomes(doc) == {"h2": "changed"}
     assert "nvidia-driver-570-open" in hosts["h2"].sh("apt-mark showhold")[1].split()
 
@@ -139,7 +139,7 @@ def test_broken_package_leaves_the_host_on_its_release(env, hosts, lab_paths) ->
     boot = hosts["h2"].boot_id()
     lab.inject(lab_paths, "h2", ["broken-package"])
     try:
-        rc, doc = fleet(env, "apply", "-r", "r550-cuda12.4", "-l", "h100")
+        rc, doc = fleet(env, "apply", "-r", "r550-cuda12.4", "-l", "h2")
     finally:
         lab.reset(lab_paths, "h2")
     assert rc == 1
@@ -147,14 +147,14 @@ def test_broken_package_leaves_the_host_on_its_release(env, hosts, lab_paths) ->
     assert h2["outcome"] == "failed" and "restored r570-cuda12.8" in h2["error"], h2
     assert hosts["h2"].boot_id() == boot  # a failed pin never reboots
     assert hosts["h2"].nvml()["driver"] == R570
-    rc, doc = fleet(env, "apply", "-r", "r570-cuda12.8", "-l", "h100", "--dry")
+    rc, doc = fleet(env, "apply", "-r", "r570-cuda12.8", "-l", "h2", "--dry")
     assert outcomes(doc) == {"h2": "unchanged"}
 
 
 def test_unreachable_host_is_reported_and_the_rest_proceed(env, lab_paths) -> None:
     lab.inject(lab_paths, "h2", ["link-down"])
     try:
-        rc, doc = fleet(env, "apply", "-r", "r570-cuda12.8", "-l", "h100", "-l", "a100")
+        rc, doc = fleet(env, "apply", "-r", "r570-cuda12.8", "-l", "h2", "-l", "h3")
     finally:
         lab.reset(lab_paths, "h2")
     assert rc == 3
@@ -177,8 +177,9 @@ def test_probe_and_check_find_an_injected_fault(env, lab_paths) -> None:
     assert rc == 1 and doc["findings"][0]["severity"] == "fail"
 
 
-def test_exec_groups_identical_output(env) -> None:
+def test_exec_groups_identical_output(env, lab_state) -> None:
     rc, doc = fleet(env, "exec", "--", "cat /etc/debian_version | cut -d. -f1")
     assert rc == 0
     (group,) = doc["groups"]
-    assert sorted(group["hosts"]) == ["h1", "h2", "h3"] and group["stdout"].strip() == "12"
+    assert sorted(group["hosts"]) == sorted(h.name for h in lab_state.hosts)
+    assert group["stdout"].strip() == "12"

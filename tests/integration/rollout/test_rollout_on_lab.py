@@ -1,0 +1,103 @@
+"""The rollout engine over real SSH on the lab: a good release goes through every wave, the slow
+release fails the benchmark gate and is rolled back, a controller killed with SIGKILL resumes.
+
+Pool h100 of the session lab holds h2 and h5 (H100): wave 1 moves one host while the other, still
+on the old release, is the same-time baseline. `matrices/lab.yaml` gives the pools the lab's own
+benchmark (`fleet-lab-bench`) and no bake time; the session lab runs r550 at 0.75 speed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fleet.lab import lab
+
+pytestmark = pytest.mark.lab
+
+ROOT = Path(__file__).resolve().parents[3]
+POOL_HOSTS = ("h2", "h5")
+R580, R570 = "580.95.05", "570.133.20"
+
+
+@pytest.fixture(scope="module")
+def env(lab_paths, lab_state, hosts, tmp_path_factory) -> Iterator[dict[str, str]]:
+    assert sorted(h.name for h in lab_state.hosts if h.pool == "h100") == list(POOL_HOSTS)
+    for name in POOL_HOSTS:
+        lab.reset(lab_paths, name)
+    db = tmp_path_factory.mktemp("rollout") / "fleet.db"
+    yield {**os.environ, "FLEET_LAB_DIR": str(lab_paths.run), "FLEET_DB": str(db),
+           "FLEET_MATRIX": str(ROOT / "matrices" / "lab.yaml"),
+           "FLEET_INVENTORY": str(ROOT / "inventories" / "lab.py"), "COLUMNS": "200"}
+
+
+def fleet(env: dict[str, str], *args: str, timeout: float = 300) -> tuple[int, dict]:
+    r = subprocess.run([sys.executable, "-m", "fleet", *args, "--json"], env=env, cwd=ROOT,
+                       capture_output=True, text=True, timeout=timeout)
+    assert "Traceback" not in r.stderr, r.stderr
+    try:
+        return r.returncode, json.loads(r.stdout)
+    except json.JSONDecodeError:
+        raise AssertionError(f"exit {r.returncode}, no JSON: {r.stdout}\n{r.stderr}") from None
+
+
+def pin(env: dict[str, str], release: str) -> None:
+    rc, doc = fleet(env, "apply", "-r", release, "-l", "h100")
+    assert rc == 0, doc
+
+
+def drivers(hosts) -> dict[str, str]:  # noqa: ANN001 - conftest.Host
+    out = {}
+    for name in POOL_HOSTS:
+        hosts[name].close()
+        out[name] = hosts[name].nvml().get("driver")
+    return out
+
+
+def start(env: dict[str, str], release: str) -> tuple[int, dict]:
+    return fleet(env, "rollout", "start", "--pool", "h100", "--release", release)
+
+
+def test_a_good_release_goes_through_every_wave(env, hosts) -> None:
+    pin(env, "r570-cuda12.8")
+    rc, doc = start(env, "r580-cuda13.0")
+    assert rc == 0 and doc["status"] == "completed", doc
+    assert drivers(hosts) == dict.fromkeys(POOL_HOSTS, R580)
+
+
+def test_the_slow_release_fails_the_benchmark_gate_and_is_rolled_back(env, hosts) -> None:
+    pin(env, "r580-cuda13.0")
+    rc, doc = start(env, "r550-cuda12.4")
+    assert rc == 1 and doc["status"] == "rolled_back", doc
+    assert "benchmark" in doc["reason"], doc["reason"]
+    assert drivers(hosts) == dict.fromkeys(POOL_HOSTS, R580)
+
+
+def test_a_killed_controller_resumes_and_finishes(env, hosts) -> None:
+    pin(env, "r570-cuda12.8")
+    proc = subprocess.Popen([sys.executable, "-m", "fleet", "rollout", "start", "--pool", "h100",
+                             "--release", "r580-cuda13.0"], env=env, cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(random.Random(os.getpid()).uniform(2.0, 8.0))  # somewhere in drain..gates
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    rc, doc = fleet(env, "rollout", "history")
+    rid = str(doc["rollouts"][0]["id"])
+    if doc["rollouts"][0]["status"] == "completed":
+        pytest.fail("the rollout finished before the kill: lengthen the benchmark or kill sooner")
+    refused = subprocess.run([sys.executable, "-m", "fleet", "rollout", "resume", rid], env=env,
+                             cwd=ROOT, capture_output=True, text=True, timeout=60)
+    # the lock's owner is gone: taking it over needs --force
+    assert refused.returncode == 3 and "--force" in refused.stderr, refused.stderr
+    rc, doc = fleet(env, "rollout", "resume", rid, "--force")
+    assert rc == 0 and doc["status"] == "completed", doc
+    assert drivers(hosts) == dict.fromkeys(POOL_HOSTS, R580)
