@@ -19,7 +19,7 @@ def project_root() -> Path:
 
 def run_fleet(*args: str, env: dict[str, str] | None = None,
               cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """Run the real console entry point in a subprocess: exit codes and stderr as a user sees them."""
+    """Run the real console entry point in a subprocess: exit codes and stderr as users see them."""
     full_env = {**os.environ, "COLUMNS": "200", **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "fleet", *args],
