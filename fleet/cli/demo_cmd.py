@@ -1,7 +1,8 @@
 """`fleet demo`: the whole mission in one command, on an embedded simulated fleet.
 
 Exit codes: 0 the story ran as told; 1 it did not (the differences are listed); 2 bad input
-(`--keep` names a folder that holds something else; `--lab`, not implemented yet).
+(`--keep` names a folder that holds something else; `--lab` without root); 3 `--lab` could not
+run (another lab is up, the lab failed).
 """
 
 from __future__ import annotations
@@ -43,6 +44,23 @@ def _folder(keep: Path | None) -> Path:
     return keep
 
 
+def _lab_preflight() -> None:
+    import os
+
+    from fleet.errors import CouldNotComplete
+    from fleet.jobs.demo_lab import BRIDGE, bridge_exists
+
+    if os.geteuid() != 0:
+        raise BadInput.single(
+            "`fleet demo --lab` needs root (it starts real SSH hosts in network namespaces): "
+            "run `sudo .venv/bin/fleet demo --lab`, or `fleet demo` (simulated fleet, no root)",
+            field="--lab")
+    if bridge_exists():
+        raise CouldNotComplete(
+            f"another lab is up (bridge {BRIDGE} exists) and only one netns lab can be: "
+            "`fleet lab down` it (or wait for the lab tests to finish), then run again")
+
+
 def demo(
     keep: Annotated[Path | None, typer.Option(
         "--keep", metavar="DIR", help="Work in DIR (created; a folder an earlier demo made is "
@@ -51,8 +69,9 @@ def demo(
         "--json", help="A summary on stdout: rollouts and their outcomes, quarantined and "
         "drifted hosts, the report and the database.")] = False,
     lab: Annotated[bool, typer.Option(
-        "--lab", help="Tell the story on the lab of real SSH hosts (root). Not implemented "
-        "yet: exits 2.")] = False,
+        "--lab", help="Tell the story on the lab of real SSH hosts (root): a lab of 8 hosts "
+        "brought up in a run directory of its own and always torn down (a few minutes). "
+        "Exits 3 when another lab is up.")] = False,
 ) -> None:
     """Run the whole mission on a simulated fleet of 64 hosts, with the real engine.
 
@@ -63,17 +82,15 @@ def demo(
     Leaves its folder (matrix, history database, HTML report) for you to look at.
     """
     if lab:
-        raise BadInput.single(
-            "`fleet demo --lab` is not implemented yet. Run `fleet demo` (simulated fleet), or "
-            "rehearse by hand on the lab as root: `fleet lab up --hosts 8`, then the commands "
-            "of the lab example in the README (probe, apply --dry, apply, rollback), then "
-            "`fleet lab down`", field="--lab")
-    from fleet.jobs.demo import INCIDENT_POOL, Step, run_demo
+        _lab_preflight()
+    from fleet.jobs.demo import Step, run_demo
 
     folder = _folder(keep)
     (folder / MARKER).write_text("made by `fleet demo`; `fleet demo --keep` may reuse it\n")
-    console.print(f"[bold]fleet demo[/bold]: a simulated fleet of 64 GPU hosts, the real "
-                  f"engine, a logical clock; working in {folder}")
+    what = ("the lab: 8 real SSH hosts in network namespaces (root), brought up and torn down"
+            if lab else "a simulated fleet of 64 GPU hosts")
+    console.print(f"[bold]fleet demo[/bold]: {what}, the real engine, a logical clock; "
+                  f"working in {folder}")
 
     def on_step(step: Step) -> None:
         mark = "[green]ok[/green]" if step.ok else "[red]NOT AS EXPECTED[/red]"
@@ -88,11 +105,14 @@ def demo(
     started = time.monotonic()
     with console.status("starting") as status:
         result = run_demo(folder, reporter=write_hygiene_reports, on_step=on_step,
-                          on_progress=lambda m: status.update(m))
+                          on_progress=lambda m: status.update(m), lab=lab)
     took = time.monotonic() - started
     db = result.db
     console.print(f"\n[bold]done[/bold] in {took:.1f} s ({result.started:%Y-%m-%d} to "
-                  f"{result.ended:%Y-%m-%d} on the simulated clock)")
+                  f"{result.ended:%Y-%m-%d} on the logical clock)")
+    if result.lab_run is not None:
+        console.print(f"   the lab ({result.lab_run}) is down again; the database keeps "
+                      "what it did")
     console.print(f"   HTML report: {result.report}")
     console.print(f"   database:    {db}")
     console.print(f"   matrix:      {result.matrix}")
@@ -101,7 +121,7 @@ def demo(
                 f"fleet --db {db} rollout status 1 --hosts",
                 f"fleet --db {db} quarantine list",
                 f"fleet --db {db} history events",
-                f"fleet --db {db} check --pool {INCIDENT_POOL}",
+                f"fleet --db {db} check --pool {result.cast.incident_pool}",
                 f"fleet matrix check {result.matrix}"):
         console.print(f"   [cyan]$ {cmd}[/cyan]", highlight=False)
     if keep is None:

@@ -32,11 +32,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fleet.domain.checks import run_checks
 from fleet.domain.checks.expect import expectations_for
 from fleet.domain.matrix.models import Matrix
+from fleet.domain.quarantine import limit_for
 from fleet.history import (
     History,
     add_snapshot,
@@ -50,6 +51,10 @@ from fleet.jobs.hygiene import HygieneReport, run_hygiene
 from fleet.jobs.record import record_snapshot
 from fleet.jobs.rollout import RolloutEngine, RolloutResult, invariants
 from fleet.sim import SimClock, SimFleet, save_fleet
+
+if TYPE_CHECKING:
+    from fleet.domain.ports import Backend, Scheduler
+    from fleet.lab.paths import LabPaths
 
 SEED = 7
 START = datetime(2025, 9, 1, 8, 0, tzinfo=UTC)
@@ -94,12 +99,115 @@ class Step:
                 "commands": list(self.commands), "ok": self.ok}
 
 
+@dataclass(frozen=True)
+class Cast:
+    """Who plays which part: the releases, the pools, the faulty and drifted hosts, the pool of
+    the incident. The story is written once against it (and a `Target`)."""
+
+    kind: str  # "simulated" or "lab"
+    golden: str
+    candidate_a: str
+    candidate_b: str
+    slow: float
+    pools: dict[str, int]
+    ecc_hosts: tuple[str, ...]
+    ecc_ramp: tuple[int, ...]
+    drift_host: str
+    drift_package: str
+    drift_version: str
+    incident_pool: str
+    slow_how: str = "the simulation's release performance factor"
+
+    @property
+    def hosts(self) -> int:
+        return sum(self.pools.values())
+
+
+SIM_CAST = Cast("simulated", GOLDEN, CANDIDATE_A, CANDIDATE_B, SLOW_A, dict(POOLS), ECC_HOSTS,
+                ECC_RAMP, DRIFT_HOST, DRIFT_PACKAGE, DRIFT_VERSION, INCIDENT_POOL)
+
+
+class Target(Protocol):
+    """The per-target bits of the story (the rest is the Backend and Scheduler ports): the
+    clock, fault injection, drift made by hand, and what runs where."""
+
+    cast: Cast
+    backend: Backend
+    source: dict[str, Any]  # the rollout's recorded source (how `rollout resume` rewires)
+    hygiene_benchmark: bool
+
+    @property
+    def scheduler(self) -> Scheduler: ...
+    def now(self) -> datetime: ...
+    def at(self, when: datetime) -> None: ...
+    def sleep(self, seconds: float) -> None: ...
+    def installed(self) -> dict[str, str | None]:
+        """Each host's release, as it runs now."""
+        ...
+    def unreachable(self) -> list[str]: ...
+    def ecc(self, host: str, count: int) -> None:
+        """Corrected ECC errors on GPU 0 of `host`: `count` more by the next probe."""
+        ...
+    def drift(self, host: str, package: str, version: str) -> None: ...
+    def drifted(self, host: str) -> bool: ...
+    def save(self) -> None: ...
+
+
+def cast_backend(obj: Any) -> Backend:
+    """A concrete backend (SimFleet, SshBackend) as the `Backend` port."""
+    return obj  # type: ignore[no-any-return]
+
+
+class SimTarget:
+    """The embedded simulated fleet, on a logical clock."""
+
+    hygiene_benchmark = True
+
+    def __init__(self, fleet: SimFleet, clock: SimClock, state: Path,
+                 cast: Cast = SIM_CAST) -> None:
+        self.fleet, self.clock, self.state_path, self.cast = fleet, clock, state, cast
+        self.backend: Backend = cast_backend(fleet)
+        self.source = {"source": "sim", "sim_state": str(state)}
+
+    @property
+    def scheduler(self) -> Scheduler:
+        return self.fleet.scheduler()
+
+    def now(self) -> datetime:
+        return self.clock()
+
+    def at(self, when: datetime) -> None:
+        if when > self.clock():
+            self.clock.set(when)
+
+    def sleep(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+
+    def installed(self) -> dict[str, str | None]:
+        return {r.name: self.fleet.installed_release(r.name) for r in self.fleet.hosts()}
+
+    def unreachable(self) -> list[str]:
+        return self.fleet.unreachable_hosts()
+
+    def ecc(self, host: str, count: int) -> None:
+        self.fleet.inject(host, ecc_rising=count)
+
+    def drift(self, host: str, package: str, version: str) -> None:
+        self.fleet.drift(host, package, version)
+
+    def drifted(self, host: str) -> bool:
+        return bool(self.fleet.state(host)["drift"])
+
+    def save(self) -> None:
+        save_fleet(self.fleet, self.state_path)
+
+
 @dataclass
 class DemoResult:
     folder: Path
     matrix: Path
     db: Path
-    sim_state: Path
+    sim_state: Path | None
     report: Path | None = None
     reports: dict[str, Path] = field(default_factory=dict)
     baseline: dict[str, Any] = field(default_factory=dict)
@@ -111,6 +219,8 @@ class DemoResult:
     problems: list[str] = field(default_factory=list)
     started: datetime = START
     ended: datetime = START
+    cast: Cast = SIM_CAST
+    lab_run: Path | None = None
 
     @property
     def ok(self) -> bool:
@@ -122,15 +232,17 @@ class DemoResult:
             "ok": self.ok,
             "problems": list(self.problems),
             "seed": SEED,
+            "target": "lab" if self.cast.kind == "lab" else "sim",
             "folder": str(self.folder),
             "matrix": str(self.matrix),
             "db": str(self.db),
-            "sim_state": str(self.sim_state),
+            "sim_state": str(self.sim_state) if self.sim_state else None,
+            "lab_run": str(self.lab_run) if self.lab_run else None,
             "report": str(self.report) if self.report else None,
             "reports": {k: str(v) for k, v in sorted(self.reports.items())},
-            "fleet": {"hosts": sum(POOLS.values()), "pools": dict(POOLS)},
-            "releases": {"golden": GOLDEN, "candidate_a": CANDIDATE_A,
-                         "candidate_b": CANDIDATE_B},
+            "fleet": {"hosts": self.cast.hosts, "pools": dict(self.cast.pools)},
+            "releases": {"golden": self.cast.golden, "candidate_a": self.cast.candidate_a,
+                         "candidate_b": self.cast.candidate_b},
             "baseline": dict(self.baseline),
             "rollouts": list(self.rollouts),
             "quarantined": list(self.quarantined),
@@ -165,21 +277,23 @@ def _outcome(status: str) -> str:
 
 
 class _Story:
-    """The state the chapters share: fleet, clock, history, matrix, result."""
+    """The state the chapters share: target (backend, scheduler, clock), history, matrix,
+    result."""
 
-    def __init__(self, folder: Path, history: History, matrix: Matrix, clock: SimClock,
-                 fleet: SimFleet, result: DemoResult, reporter: Reporter,
+    def __init__(self, folder: Path, history: History, matrix: Matrix, target: Target,
+                 result: DemoResult, reporter: Reporter,
                  on_progress: Callable[[str], None]) -> None:
         self.folder, self.history, self.matrix = folder, history, matrix
-        self.clock, self.fleet, self.result = clock, fleet, result
+        self.target, self.cast, self.result = target, target.cast, result
+        self.backend = target.backend
+        self.clock = target.now
         self.reporter, self.say = reporter, on_progress
         self.actor = os_actor()
         self.m = MATRIX_FILE  # as a user in the folder would type it
 
     # ------------------------------------------------------------------ building blocks
     def at(self, when: datetime) -> None:
-        if when > self.clock():
-            self.clock.set(when)
+        self.target.at(when)
 
     def expect(self, step: Step, ok: bool, problem: str) -> None:
         if not ok:
@@ -190,8 +304,8 @@ class _Story:
         """What `fleet probe` from cron records: every host, its checks, one snapshot each."""
         now = self.clock()
         self.say(f"weekly probe, {now:%Y-%m-%d}")
-        refs = self.fleet.hosts()
-        answers = self.fleet.probe([r.name for r in refs])
+        refs = self.backend.hosts()
+        answers = self.backend.probe([r.name for r in refs])
         th = self.matrix.policy.thresholds
         for ref in refs:
             res = answers[ref.name]
@@ -208,9 +322,9 @@ class _Story:
                      {"hosts": len(refs)}, actor=self.actor, at=now)
 
     def hygiene(self) -> tuple[HygieneReport, dict[str, Any], Mapping[str, Path]]:
-        report = run_hygiene(self.fleet, self.fleet.scheduler(), self.history, self.matrix,
+        report = run_hygiene(self.backend, self.target.scheduler, self.history, self.matrix,
                              now=self.clock(), apply_quarantine=True, actor=self.actor,
-                             progress=self.say)
+                             benchmark=self.target.hygiene_benchmark, progress=self.say)
         data = report.as_dict()
         paths = self.reporter(data, self.folder / REPORT_DIR)
         return report, data, paths
@@ -218,13 +332,12 @@ class _Story:
     def rollout(self, release: str) -> RolloutResult:
         self.say(f"rolling out {release}")
         engine = RolloutEngine(
-            self.fleet, self.fleet.scheduler(), self.history, self.matrix, now=self.clock,
-            sleep=self.clock.advance, actor=self.actor)
+            self.backend, self.target.scheduler, self.history, self.matrix, now=self.clock,
+            sleep=self.target.sleep, actor=self.actor)
         return engine.start(
             matrix_path=str(self.result.matrix), release=release,
-            releases=self.fleet.releases_by_host(), unreachable=self.fleet.unreachable_hosts(),
-            start_data={"source": {"source": "sim", "sim_state": str(self.result.sim_state)},
-                        "demo": True})
+            releases=self.target.installed(), unreachable=self.target.unreachable(),
+            start_data={"source": dict(self.target.source), "demo": True})
 
     def rollout_record(self, release: str, res: RolloutResult) -> dict[str, Any]:
         first_fail = next((w for w in res.waves if w.get("verdict") == "fail"), None)
@@ -244,15 +357,17 @@ class _Story:
         assert res.rollout_id is not None
         from fleet.history.rollouts import load_steps
 
-        return invariants(load_steps(self.history, res.rollout_id), self.fleet.scheduler(),
-                          self.fleet.installed_release)
+        installed = self.target.installed()
+        return invariants(load_steps(self.history, res.rollout_id), self.target.scheduler,
+                          installed.get)
 
     def on(self, pool: str | None = None) -> dict[str, int]:
         """How many hosts (of a pool) run each release."""
         out: dict[str, int] = {}
-        for ref in self.fleet.hosts():
+        installed = self.target.installed()
+        for ref in self.backend.hosts():
             if pool is None or ref.pool == pool:
-                rel = self.fleet.installed_release(ref.name) or "none"
+                rel = installed.get(ref.name) or "none"
                 out[rel] = out.get(rel, 0) + 1
         return dict(sorted(out.items()))
 
@@ -270,9 +385,10 @@ class _Story:
                                 "non_conformant": d["non_conformant"],
                                 "quarantine_proposed": s["quarantine_proposed"],
                                 "problems": s["problems"], "report": str(paths.get("html", ""))}
+        c = self.cast
         step.lines += [
-            f"{sum(POOLS.values())} simulated hosts in {len(POOLS)} pools "
-            f"({', '.join(f'{p} x{n}' for p, n in POOLS.items())}), all on golden {GOLDEN}.",
+            f"{c.hosts} {c.kind} hosts in {len(c.pools)} pools "
+            f"({', '.join(f'{p} x{n}' for p, n in c.pools.items())}), all on golden {c.golden}.",
             f"Three weekly probes ({START:%Y-%m-%d} on, logical clock), then the hygiene run: "
             f"{d['conformant']}/{d['hosts']} conformant, {s['gpus_flagged']} GPU(s) flagged, "
             f"{s['quarantine_proposed']} quarantine proposal(s).",
@@ -286,71 +402,75 @@ class _Story:
         return step
 
     def candidate_a(self) -> Step:
-        step = Step(2, f"candidate A ({CANDIDATE_A}): the canary gate fails, rolled back")
+        c = self.cast
+        step = Step(2, f"candidate A ({c.candidate_a}): the canary gate fails, rolled back")
         self.at(START + 3 * WEEK + timedelta(days=1, hours=1))
-        res = self.rollout(CANDIDATE_A)
-        rec = self.rollout_record(CANDIDATE_A, res)
+        res = self.rollout(c.candidate_a)
+        rec = self.rollout_record(c.candidate_a, res)
         self.result.rollouts.append(rec)
         canary = self.on("h100-canary")
         step.lines += [
-            f"{CANDIDATE_A} silently runs {round((1 - SLOW_A) * 100)}% slower "
-            "(the simulation's release performance factor); no health check can see that.",
+            f"{c.candidate_a} silently runs {round((1 - c.slow) * 100)}% slower "
+            f"({c.slow_how}); no health check can see that.",
             f"Rollout {res.rollout_id}: {rec['outcome']}: " + _gate_text(rec),
             f"Canary hosts now on: {', '.join(f'{k} x{v}' for k, v in canary.items())}; "
             "no other pool was touched.",
         ]
         step.commands += [
-            f"fleet rollout start -m {self.m} -i inventory.py --release {CANDIDATE_A}",
+            f"fleet rollout start -m {self.m} -i inventory.py --release {c.candidate_a}",
             f"fleet rollout status {res.rollout_id}",
         ]
         self.expect(step, res.status == "rolled_back",
-                    f"rollout of {CANDIDATE_A} ended {res.status}, not rolled_back")
+                    f"rollout of {c.candidate_a} ended {res.status}, not rolled_back")
         self.expect(step, rec["failed_wave"] is not None
                     and rec["failed_wave"]["pool"] == "h100-canary",
                     "the failing wave was not the canary's")
-        self.expect(step, self.on() == {GOLDEN: sum(POOLS.values())},
-                    f"hosts not all back on {GOLDEN}: {self.on()}")
+        self.expect(step, self.on() == {c.golden: c.hosts},
+                    f"hosts not all back on {c.golden}: {self.on()}")
         self.expect(step, not self.rollout_problems(res),
                     f"rollout invariants: {self.rollout_problems(res)[:3]}")
         return step
 
     def candidate_b(self) -> Step:
-        step = Step(3, f"candidate B ({CANDIDATE_B}): promoted through every wave")
+        c = self.cast
+        step = Step(3, f"candidate B ({c.candidate_b}): promoted through every wave")
         self.at(START + 3 * WEEK + timedelta(days=2, hours=1))
-        res = self.rollout(CANDIDATE_B)
-        rec = self.rollout_record(CANDIDATE_B, res)
+        res = self.rollout(c.candidate_b)
+        rec = self.rollout_record(c.candidate_b, res)
         self.result.rollouts.append(rec)
         step.lines += [
             f"Rollout {res.rollout_id}: {rec['outcome']}: {rec['waves_done']} wave(s) over "
-            f"{len(POOLS)} pools, canary first; each drained, pinned, rebooted, health-checked, "
+            f"{len(c.pools)} pools, canary first; each drained, pinned, rebooted, health-checked, "
             "benchmarked against hosts still on the old release, baked and undrained.",
             f"Fleet now on: {', '.join(f'{k} x{v}' for k, v in self.on().items())}.",
         ]
         step.commands += [
-            f"fleet rollout start -m {self.m} -i inventory.py --release {CANDIDATE_B}",
+            f"fleet rollout start -m {self.m} -i inventory.py --release {c.candidate_b}",
             "fleet rollout history",
         ]
         self.expect(step, res.status == "completed",
-                    f"rollout of {CANDIDATE_B} ended {res.status}: {res.reason}")
-        self.expect(step, self.on() == {CANDIDATE_B: sum(POOLS.values())},
-                    f"hosts not all on {CANDIDATE_B}: {self.on()}")
+                    f"rollout of {c.candidate_b} ended {res.status}: {res.reason}")
+        self.expect(step, self.on() == {c.candidate_b: c.hosts},
+                    f"hosts not all on {c.candidate_b}: {self.on()}")
         self.expect(step, not self.rollout_problems(res),
                     f"rollout invariants: {self.rollout_problems(res)[:3]}")
         return step
 
     def weekly_hygiene(self) -> Step:
-        step = Step(4, "weekly hygiene: rising ECC quarantined, drift flagged")
-        for i, rate in enumerate(ECC_RAMP):
+        c = self.cast
+        step = Step(4, "weekly hygiene: rising ECC caught (quarantine within the circuit "
+                       "breaker), drift flagged")
+        for i, rate in enumerate(c.ecc_ramp):
             week = START + (4 + i) * WEEK
             self.at(week)
             self.weekly_probe()
-            for host in ECC_HOSTS:  # the faulty GPUs get worse week by week
-                self.fleet.inject(host, ecc_rising=rate)
+            for host in c.ecc_hosts:  # the faulty GPUs get worse week by week
+                self.target.ecc(host, rate)
         self.at(START + 6 * WEEK + timedelta(days=3))
-        self.fleet.drift(DRIFT_HOST, DRIFT_PACKAGE, DRIFT_VERSION)
-        record_event(self.history, "demo.note", DRIFT_HOST,
-                     f"someone ran apt-get install {DRIFT_PACKAGE}={DRIFT_VERSION}-1 by hand",
-                     {"package": DRIFT_PACKAGE, "version": DRIFT_VERSION}, actor="someone",
+        self.target.drift(c.drift_host, c.drift_package, c.drift_version)
+        record_event(self.history, "demo.note", c.drift_host,
+                     f"someone ran apt-get install {c.drift_package}={c.drift_version}-1 by hand",
+                     {"package": c.drift_package, "version": c.drift_version}, actor="someone",
                      at=self.clock())
         self.at(START + 7 * WEEK)
         report, data, paths = self.hygiene()
@@ -377,21 +497,39 @@ class _Story:
             "--apply-quarantine --report-dir reports/",
             "fleet quarantine list",
         ]
-        self.expect(step, quarantined == sorted(ECC_HOSTS),
-                    f"quarantined {quarantined}, expected {sorted(ECC_HOSTS)}")
-        self.expect(step, drifted == [DRIFT_HOST], f"drift {drifted}, expected [{DRIFT_HOST}]")
-        self.expect(step, not report.quarantine.tripped,
-                    f"breaker tripped: {[b.pool for b in report.quarantine.tripped]}")
+        # the breaker lets floor(share x pool size) hosts of a pool go per run: a pool under
+        # 1/share hosts (every pool of a small lab) gets none, and its proposals wait for a human
+        share = self.matrix.policy.thresholds.quarantine_max_share
+        pool_of = {r.name: r.pool or "" for r in self.backend.hosts()}
+        may = sorted(h for h in c.ecc_hosts
+                     if limit_for(c.pools.get(pool_of.get(h, ""), 0), share) >= 1)
+        held = sorted(set(c.ecc_hosts) - set(may))
+        if held:
+            step.lines.append(
+                f"{', '.join(held)}: pool(s) under {round(1 / share)} hosts, so the "
+                f"{share:.0%} circuit breaker allows no automatic quarantine there: proposed, "
+                "held for a human (`fleet quarantine list`, drain by hand)")
+        proposed = sorted(p.host for p in report.quarantine.proposals)
+        self.expect(step, proposed == sorted(c.ecc_hosts),
+                    f"quarantine proposed for {proposed}, expected {sorted(c.ecc_hosts)}")
+        self.expect(step, quarantined == may, f"quarantined {quarantined}, expected {may}")
+        self.expect(step, drifted == [c.drift_host], f"drift {drifted}, expected [{c.drift_host}]")
+        tripped = sorted(b.pool for b in report.quarantine.tripped)
+        expect_tripped = sorted({pool_of.get(h, "") for h in held})
+        self.expect(step, tripped == expect_tripped,
+                    f"breaker tripped in {tripped}, expected {expect_tripped}")
         open_q = sorted(h.name for _q, h in list_quarantines(self.history))
-        self.expect(step, open_q == sorted(ECC_HOSTS), f"open quarantines {open_q}")
-        drained = [h for h in ECC_HOSTS if self.fleet.scheduler().state(h).state != "available"]
-        self.expect(step, drained == list(ECC_HOSTS), f"drained: {drained}")
+        self.expect(step, open_q == may, f"open quarantines {open_q}")
+        drained = sorted(h for h in c.ecc_hosts
+                         if self.target.scheduler.state(h).state != "available")
+        self.expect(step, drained == may, f"drained: {drained}")
         return step
 
     def incident(self) -> Step:
-        step = Step(5, f"incident: pool {INCIDENT_POOL} rolled back to its last known-good")
+        c = self.cast
+        step = Step(5, f"incident: pool {c.incident_pool} rolled back to its last known-good")
         self.at(START + 7 * WEEK + timedelta(days=1, hours=2, minutes=17))
-        refs = [r for r in self.fleet.hosts() if r.pool == INCIDENT_POOL]
+        refs = [r for r in self.backend.hosts() if r.pool == c.incident_pool]
         targets: dict[str, Any] = {}
         sources: dict[str, str] = {}
         for r in refs:
@@ -401,41 +539,71 @@ class _Story:
         self.expect(step, len(targets) == len(refs),
                     f"no known-good release for {sorted({r.name for r in refs} - set(targets))}")
         # what `fleet rollback --pool` does: record who and why, then pin, reboot, verify
-        record_event(self.history, "rollback", INCIDENT_POOL, INCIDENT_REASON,
+        record_event(self.history, "rollback", c.incident_pool, INCIDENT_REASON,
                      {"targets": {h: t.name for h, t in targets.items()}, "sources": sources},
                      actor=self.actor, at=self.clock())
-        self.say(f"rolling back {INCIDENT_POOL}")
-        results = pin_hosts(self.fleet, self.history, self.matrix, targets, now=self.clock,
+        self.say(f"rolling back {c.incident_pool}")
+        results = pin_hosts(self.backend, self.history, self.matrix, targets, now=self.clock,
                             kind="rollback", reason=INCIDENT_REASON, actor=self.actor)
         outcomes: dict[str, int] = {}
         for done in results:
             outcomes[done.outcome] = outcomes.get(done.outcome, 0) + 1
         to = sorted({t.name for t in targets.values()})
-        on = self.on(INCIDENT_POOL)
+        on = self.on(c.incident_pool)
         verified = (all(x.outcome == "changed" and x.rebooted and not x.error for x in results)
-                    and on == {GOLDEN: len(refs)})
-        drift_left = self.fleet.state(DRIFT_HOST)["drift"]
+                    and on == {c.golden: len(refs)})
+        drift_left = self.target.drifted(c.drift_host)
         self.result.incident = {
-            "pool": INCIDENT_POOL, "reason": INCIDENT_REASON, "hosts": len(refs), "to": to,
+            "pool": c.incident_pool, "reason": INCIDENT_REASON, "hosts": len(refs), "to": to,
             "sources": sorted(set(sources.values())), "outcomes": dict(sorted(outcomes.items())),
             "on": on, "verified": verified,
         }
         step.lines += [
-            f"\"{INCIDENT_REASON}\": every host of {INCIDENT_POOL} back on "
+            f"\"{INCIDENT_REASON}\": every host of {c.incident_pool} back on "
             f"{', '.join(to)} (known-good from the {', '.join(sorted(set(sources.values())))}), "
             "pinned, rebooted, probed and health-checked; who and why are in the history.",
             "outcomes: " + ", ".join(f"{n} {k}" for k, n in sorted(outcomes.items())),
         ]
         if not drift_left:
-            step.lines.append(f"The pin also put back {DRIFT_HOST}'s hand-installed "
-                              f"{DRIFT_PACKAGE}.")
+            step.lines.append(f"The pin also put back {c.drift_host}'s hand-installed "
+                              f"{c.drift_package}.")
         step.commands += [
-            f"fleet rollback -m {self.m} -i inventory.py --pool {INCIDENT_POOL} "
+            f"fleet rollback -m {self.m} -i inventory.py --pool {c.incident_pool} "
             f"--reason \"{INCIDENT_REASON}\" --yes",
             "fleet history events",
         ]
         self.expect(step, verified, f"rollback not verified: {outcomes}, on {on}")
         return step
+
+
+def _tell(folder: Path, result: DemoResult, matrix: Matrix, target: Target, reporter: Reporter,
+          on_step: Callable[[Step], None] | None, say: Callable[[str], None],
+          prologue: Callable[[History], None] | None = None) -> None:
+    with open_history(str(result.db)) as history:
+        if prologue is not None:
+            prologue(history)
+        story = _Story(folder, history, matrix, target, result, reporter, say)
+        chapters: Sequence[Callable[[], Step]] = (
+            story.baseline, story.candidate_a, story.candidate_b, story.weekly_hygiene,
+            story.incident)
+        for chapter in chapters:
+            step = chapter()
+            result.steps.append(step)
+            target.save()
+            if on_step is not None:
+                on_step(step)
+    result.ended = target.now()
+
+
+def _prepare(folder: Path, *, sim_state: bool) -> DemoResult:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / REPORT_DIR).mkdir(exist_ok=True)
+    result = DemoResult(folder=folder, matrix=folder / MATRIX_FILE, db=folder / DB_FILE,
+                        sim_state=folder / SIM_FILE if sim_state else None)
+    for stale in (result.db, folder / SIM_FILE, folder / (DB_FILE + "-wal"),
+                  folder / (DB_FILE + "-shm")):
+        stale.unlink(missing_ok=True)  # a second run in the same folder starts afresh
+    return result
 
 
 def run_demo(
@@ -444,16 +612,24 @@ def run_demo(
     reporter: Reporter,
     on_step: Callable[[Step], None] | None = None,
     on_progress: Callable[[str], None] | None = None,
+    lab: bool = False,
+    lab_paths: LabPaths | None = None,
 ) -> DemoResult:
     """Tell the story in `folder` (created if needed; should be empty). Never raises for a
-    story that went differently: that is in `result.problems`."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / REPORT_DIR).mkdir(exist_ok=True)
-    result = DemoResult(folder=folder, matrix=folder / MATRIX_FILE, db=folder / DB_FILE,
-                        sim_state=folder / SIM_FILE)
-    for stale in (result.db, result.sim_state, folder / (DB_FILE + "-wal"),
-                  folder / (DB_FILE + "-shm")):
-        stale.unlink(missing_ok=True)  # a second run in the same folder starts afresh
+    story that went differently: that is in `result.problems`.
+
+    `lab`: on the lab of real SSH hosts instead (root; `fleet.jobs.demo_lab`): a lab of its own,
+    brought up and always torn down, or, with `lab_paths`, the hosts of a lab already up there
+    (left up)."""
+    say = on_progress or (lambda _m: None)
+    if lab or lab_paths is not None:
+        from fleet.jobs.demo_lab import run_lab_story
+
+        result = _prepare(folder, sim_state=False)
+        run_lab_story(result, reporter=reporter, on_step=on_step, say=say,
+                      lab_paths=lab_paths)
+        return result
+    result = _prepare(folder, sim_state=True)
     result.matrix.write_text(demo_matrix_text())
     from fleet.domain.matrix.loader import load_matrix
 
@@ -461,17 +637,7 @@ def run_demo(
     clock = SimClock(START)
     fleet = SimFleet.build(matrix, None, SEED, pools=POOLS, start=GOLDEN, clock=clock,
                            release_perf={CANDIDATE_A: SLOW_A})
-    say = on_progress or (lambda _m: None)
-    with open_history(str(result.db)) as history:
-        story = _Story(folder, history, matrix, clock, fleet, result, reporter, say)
-        chapters: Sequence[Callable[[], Step]] = (
-            story.baseline, story.candidate_a, story.candidate_b, story.weekly_hygiene,
-            story.incident)
-        for chapter in chapters:
-            step = chapter()
-            result.steps.append(step)
-            save_fleet(fleet, result.sim_state)
-            if on_step is not None:
-                on_step(step)
-    result.ended = clock()
+    assert result.sim_state is not None
+    _tell(folder, result, matrix, SimTarget(fleet, clock, result.sim_state), reporter, on_step,
+          say)
     return result

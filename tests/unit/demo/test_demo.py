@@ -117,8 +117,20 @@ def test_cli_refuses_a_folder_it_did_not_make(fleet_cli, tmp_path: Path) -> None
     assert (tmp_path / "fleet.db").read_text() == "somebody's history"
 
 
-def test_cli_lab_says_it_is_not_implemented(fleet_cli, tmp_path: Path) -> None:
-    r = fleet_cli("demo", "--lab", "--keep", str(tmp_path / "x"))
-    assert r.returncode == ExitCode.BAD_INPUT
-    assert "not implemented yet" in r.stderr and "fleet demo" in r.stderr
-    assert not (tmp_path / "x").exists()
+def test_cli_lab_preflight(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--lab` without root: exit 2 saying what to run; with another lab up: exit 3."""
+    import os
+
+    from fleet.cli import demo_cmd
+    from fleet.errors import BadInput, CouldNotComplete
+    from fleet.jobs import demo_lab
+
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(BadInput) as bad:
+        demo_cmd._lab_preflight()
+    assert bad.value.exit_code == ExitCode.BAD_INPUT and "sudo" in str(bad.value)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(demo_lab, "bridge_exists", lambda: True)
+    with pytest.raises(CouldNotComplete) as busy:
+        demo_cmd._lab_preflight()
+    assert busy.value.exit_code == ExitCode.INCOMPLETE and "fleetbr0" in str(busy.value)
