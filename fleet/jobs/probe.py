@@ -12,8 +12,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from fleet.domain.checks import Finding, run_checks
 from fleet.domain.facts import HostFacts
 from fleet.domain.matrix.models import Matrix
@@ -43,7 +41,9 @@ class ProbeResult:
 
 
 def pool_of(host: Any, matrix: Matrix | None) -> str | None:
-    """The host's pool: its `pool` host data, else the first of its groups the matrix knows."""
+    """The host's pool: its `pool` host data, else the first of its groups the matrix knows.
+
+    `host` is a pyinfra Host or a `HostRef` (both have `.data` and `.groups`)."""
     explicit = host.data.get("pool")
     if explicit:
         return str(explicit)
@@ -66,38 +66,24 @@ def probe_inventory(
     connect_timeout: int = 10,
 ) -> list[ProbeResult]:
     from fleet.domain.checks.expect import expectations_for
-    from fleet.remote.probe_fact import HostProbe
-    from fleet.remote.session import connected, gather, load_inventory, select_hosts
+    from fleet.remote.backend import SshBackend
 
-    inventory = load_inventory(inventory_path)
-    hosts = select_hosts(inventory, limit)
-    cursors = kernel_cursors(history, [h.name for h in hosts])
-    pools = {h.name: pool_of(h, matrix) for h in hosts}
-    with connected(inventory, hosts, connect_timeout=connect_timeout) as conn:
-        raw = gather(conn, HostProbe, kwargs_for=lambda h: {
-            "since": cursors[h.name], "frameworks": frameworks})
-        unreachable = dict(conn.unreachable)
-        host_data = {h.name: h.data for h in hosts}
+    backend = SshBackend(inventory_path, limit, connect_timeout=connect_timeout)
+    refs = backend.hosts()
+    names = [r.name for r in refs]
+    answers = backend.probe(names, since=kernel_cursors(history, names), frameworks=frameworks)
     results: list[ProbeResult] = []
     taken = now()
-    for h in hosts:
-        name, pool = h.name, pools[h.name]
-        if name in unreachable:
-            results.append(ProbeResult(name, pool, False, unreachable[name]))
+    for ref in refs:
+        name, pool, got = ref.name, pool_of(ref, matrix), answers[ref.name]
+        if got.value is None:  # unreachable, or the probe failed: a finding too
+            results.append(ProbeResult(name, pool, got.reachable, got.error))
             continue
-        value = raw.get(name)
-        try:
-            if isinstance(value, Exception):
-                raise value
-            facts = HostFacts.model_validate(value)
-        except (ValidationError, ValueError, Exception) as exc:  # a broken probe is a finding too
-            results.append(ProbeResult(name, pool, True, f"probe failed: {exc}"))
-            continue
+        facts = got.value
         expect = None
         if matrix is not None and pool is not None and pool in matrix.pools:
-            data = host_data[name]
-            expect = expectations_for(matrix, pool, gpu_model=data.get("gpu_model"),
-                                      gpu_count=data.get("gpu_count"))
+            expect = expectations_for(matrix, pool, gpu_model=ref.gpu_model,
+                                      gpu_count=ref.gpu_count)
         findings = run_checks(facts, expect,
                               matrix.policy.thresholds if matrix is not None else None)
         results.append(ProbeResult(name, pool, True, None, facts, findings))
