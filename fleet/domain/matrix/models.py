@@ -15,8 +15,15 @@ import re
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AfterValidator, Field
 
+from fleet.domain.matrix.base import Model as _Model
+from fleet.domain.matrix.rollout_settings import CountOrPercent as CountOrPercent
+from fleet.domain.matrix.rollout_settings import DrainSettings as DrainSettings
+from fleet.domain.matrix.rollout_settings import GateSettings as GateSettings
+from fleet.domain.matrix.rollout_settings import PoolSettings as PoolSettings
+from fleet.domain.matrix.rollout_settings import RolloutSettings as RolloutSettings
+from fleet.domain.matrix.rollout_settings import wave_sizes as wave_sizes
 from fleet.domain.versions import (
     COMPANION_VERSION_RE,
     CUDA_VERSION_RE,
@@ -38,7 +45,6 @@ COMPONENTS: tuple[Component, ...] = (
 )
 """Install order: the driver first, the user-space stack after it."""
 
-_PERCENT_RE = re.compile(r"^([0-9]{1,3})%$")
 
 
 def _pattern(regex: re.Pattern[str], what: str, example: str) -> AfterValidator:
@@ -55,50 +61,12 @@ def _check_constraint(value: str) -> str:
     return value
 
 
-_COMMAND_RE = re.compile(r"^[A-Za-z0-9_./:=,+@%-]+( [A-Za-z0-9_./:=,+@%-]+)*$")
-_ENDPOINT_RE = re.compile(r"^https?://[A-Za-z0-9.-]+(:\d{1,5})?(/[A-Za-z0-9_./%-]*)?$")
-
-
-def _check_command(value: str) -> str:
-    """A benchmark command: words of plain characters, run without a shell on the host."""
-    if not _COMMAND_RE.match(value):
-        raise ValueError(
-            "expected a command of plain words separated by single spaces (letters, digits and "
-            "_./:=,+@%-), run without a shell, e.g. 'fleet-lab-bench --seconds 5'"
-        )
-    return value
-
-
-def _check_endpoint(value: str) -> str:
-    if not _ENDPOINT_RE.match(value):
-        raise ValueError("expected an http(s) URL such as 'http://127.0.0.1:8000/infer'")
-    return value
-
-
-def _check_percent(value: object) -> object:
-    """A host count (an integer >= 1) or a percentage string "1%".."100%"; nothing else."""
-    if isinstance(value, str):
-        match = _PERCENT_RE.fullmatch(value)
-        if match and 1 <= int(match.group(1)) <= 100:
-            return value
-    elif isinstance(value, int) and not isinstance(value, bool) and value >= 1:
-        return value
-    raise ValueError(
-        f"expected a host count (an integer >= 1) or a percentage such as '20%', got {value!r}"
-    )
-
-
 DriverVersion = Annotated[str, _pattern(DRIVER_VERSION_RE, "driver version", "550.54.15")]
 CudaVersion = Annotated[str, _pattern(CUDA_VERSION_RE, "CUDA version", '"12.4" or "12.4.1"')]
 CompanionVersion = Annotated[str, _pattern(COMPANION_VERSION_RE, "version", '"4.2.3"')]
 PackageName = Annotated[str, _pattern(PACKAGE_NAME_RE, "package name", "nvidia-driver-550")]
 Name = Annotated[str, _pattern(NAME_RE, "name", "r550-cuda12.4 (letters, digits, . _ -)")]
 KernelConstraint = Annotated[str, AfterValidator(_check_constraint)]
-CountOrPercent = Annotated[int | str, BeforeValidator(_check_percent)]
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 @dataclass(frozen=True, order=True)
@@ -396,60 +364,6 @@ class Policy(_Model):
     thresholds: Thresholds = Thresholds()
 
 
-class GateSettings(_Model):
-    """Which gates run between rollout steps, and how often an inconclusive gate is retried.
-
-    `benchmark_command` names the synthetic benchmark on the hosts (a command printing JSON
-    metrics; default: dcgmi diag, else a CUDA micro-benchmark, else "could not measure");
-    `replay_endpoint` is the HTTP endpoint on each host the replay suite sends its trace to.
-    """
-
-    health: bool = True
-    benchmark: bool = True
-    replay: bool = False
-    max_retries: int = Field(default=1, ge=0, le=10)
-    benchmark_command: Annotated[str, AfterValidator(_check_command)] | None = None
-    benchmark_repeats: int = Field(default=3, ge=1, le=100,
-                                   description="Runs of the synthetic benchmark per host.")
-    replay_endpoint: Annotated[str, AfterValidator(_check_endpoint)] | None = None
-
-    def suite_params(self) -> dict[str, dict[str, str | int]]:
-        """Per-suite parameters for `Backend.benchmark` from these settings."""
-        out: dict[str, dict[str, str | int]] = {"synthetic": {"repeats": self.benchmark_repeats}}
-        if self.benchmark_command:
-            out["synthetic"]["command"] = self.benchmark_command
-        if self.replay_endpoint:
-            out["replay"] = {"endpoint": self.replay_endpoint}
-        return out
-
-
-class RolloutSettings(_Model):
-    """How a pool changes: waves in Ansible's `serial` grammar, budgets and gates."""
-
-    waves: list[CountOrPercent] = Field(
-        default=[1, "25%"], min_length=1,
-        description="Wave sizes, counts or percentages of the pool ('20%'); the last repeats.",
-    )
-    max_unavailable: CountOrPercent = "10%"
-    bake_minutes: int = Field(default=30, ge=0)
-    failure_budget_per_wave: int = Field(default=0, ge=0)
-    failure_budget_total: int = Field(default=1, ge=0)
-    gates: GateSettings = GateSettings()
-
-    def wave_sizes(self, n_hosts: int) -> list[int]:
-        return wave_sizes(self.waves, n_hosts)
-
-
-class PoolSettings(_Model):
-    """A pool's role (canary or not), its GPU model, and its rollout settings."""
-
-    canary: bool = False
-    gpu_model: str | None = Field(
-        default=None, max_length=64, description="e.g. H100, A100, L40S; checked against branches."
-    )
-    rollout: RolloutSettings = RolloutSettings()
-
-
 class Matrix(_Model):
     """The whole matrix file."""
 
@@ -482,38 +396,3 @@ class Matrix(_Model):
         names = {self.policy.golden.default, *self.policy.golden.pools.values(),
                  *self.policy.allowed}
         return [r for r in self.releases if r.name in names]
-
-
-def wave_sizes(serial: list[int | str], n_hosts: int) -> list[int]:
-    """Batch sizes for `n_hosts` under Ansible's `serial` semantics.
-
-    A percentage is of the whole pool, rounded down but at least 1; a count is taken as is; the
-    last value repeats until every host is in a batch; the final batch may be smaller. An empty
-    list means one batch of everything. The result always sums to `n_hosts`.
-    """
-    if n_hosts <= 0:
-        return []
-    if not serial:
-        return [n_hosts]
-    sizes: list[int] = []
-    remaining = n_hosts
-    i = 0
-    while remaining > 0:
-        item = serial[min(i, len(serial) - 1)]
-        size = _to_count(item, n_hosts)
-        if size <= 0:
-            size = remaining
-        size = min(size, remaining)
-        sizes.append(size)
-        remaining -= size
-        i += 1
-    return sizes
-
-
-def _to_count(item: int | str, n_hosts: int) -> int:
-    if isinstance(item, str):
-        text = item.strip()
-        if text.endswith("%"):
-            return int(float(text[:-1]) / 100.0 * n_hosts) or 1
-        return int(text)
-    return int(item)

@@ -1,0 +1,216 @@
+"""The rollout engine: start, resume, promote and abort, and the loop over waves."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from fleet.domain.gates import (
+    count_states,
+)
+from fleet.domain.plan import plan_rollout
+from fleet.errors import CouldNotComplete, ProblemsFound
+from fleet.history import list_quarantines
+from fleet.history.rollouts import (
+    EventRow,
+    LockHeld,
+    WaveRow,
+    create_rollout,
+    release_lock,
+    request_status,
+    subject_of,
+)
+from fleet.jobs.apply import refusal
+from fleet.jobs.rollout.benchgate import BenchGate
+from fleet.jobs.rollout.model import (
+    _UNLOCK,
+    RolloutResult,
+    _AbortRequested,
+    _Stop,
+    _summary,
+)
+from fleet.jobs.rollout.rollbacks import Rollbacks
+from fleet.jobs.rollout.steps import WaveSteps
+
+
+class RolloutEngine(WaveSteps, BenchGate, Rollbacks):
+    """Runs, resumes, promotes and aborts rollouts (see the module doc).
+
+    `now` stamps the history (a `SimClock` in rehearsals); `sleep(seconds)` waits out bake
+    times; `wall` is the real clock the lock's heartbeat is compared with across processes.
+    `checkpoint(label)` is called at every step boundary (tests inject crashes there);
+    `on_progress(engine)` after every write (the live display).
+    """
+
+    # ------------------------------------------------------------------ public operations
+    def start(self, *, matrix_path: str, pools: Sequence[str] | None = None,
+              release: str | None = None, releases: Mapping[str, str | None] | None = None,
+              unreachable: Sequence[str] = (), start_data: Mapping[str, Any] | None = None,
+              ) -> RolloutResult:
+        """Plan and run a new rollout (refused while another one holds one of its pools)."""
+        refs = list(self.refs.values())
+        in_scope = [r for r in refs if r.pool and (pools is None or r.pool in pools)]
+        admin = {r.name: s for r in in_scope
+                 if (s := self.scheduler.state(r.name)).state != "available"}
+        quarantined = {h.name: q.reason for q, h in list_quarantines(self.history)}
+        targets = dict.fromkeys(pools or {r.pool for r in in_scope if r.pool}, release) \
+            if release else None
+        plan = plan_rollout(self.matrix, refs, releases=releases or {}, admin=admin,
+                            quarantined=quarantined, unreachable=unreachable,
+                            pools=set(pools) if pools else None,
+                            targets=targets)
+        moving = [p for p in plan.pools if p.waves]
+        for p in moving:
+            try:
+                rel = self.matrix.release(p.release)
+            except KeyError:
+                raise CouldNotComplete(f"pool {p.pool}: no release {p.release!r} in the "
+                                       "matrix") from None
+            why = refusal(self.matrix, rel, self.refs[p.waves[0].hosts[0]])
+            if why:
+                raise ProblemsFound(f"pool {p.pool}: {p.release} must not go onto its hosts: "
+                                    f"{why}")
+        if not moving:
+            blocked = [p.pool for p in plan.pools if p.blocked]
+            if blocked:
+                raise ProblemsFound("nothing can move: max_unavailable used up in "
+                                    + ", ".join(blocked))
+            return RolloutResult(None, "nothing", "every host is on its target already "
+                                 "(or skipped)", plan=plan)
+        waves = [(p.pool, [(h, p.release) for h in w.hosts]) for p in moving for w in p.waves]
+        rels = list(dict.fromkeys(p.release for p in moving))
+        info = {r.name: {"pool": r.pool, "gpu_model": r.gpu_model, "gpu_count": r.gpu_count}
+                for r in in_scope}
+        self.rid = create_rollout(
+            self.history, matrix_path=matrix_path, release=",".join(rels),
+            pools=[p.pool for p in moving], waves=waves, started_by=self.actor,
+            owner=self.owner, pid=self.pid, at=self.now(), wall=self.wall(), host_info=info,
+            start_data={"options": self.opts.as_dict(), **dict(start_data or {}),
+                        "plan": {"pools": [{"pool": p.pool, "release": p.release,
+                                            "waves": [len(w.hosts) for w in p.waves],
+                                            "skipped": p.skipped, "blocked": p.blocked}
+                                           for p in plan.pools]}})
+        self._checkpoint("created")
+        result = self._run()
+        result.plan = plan
+        return result
+
+    def resume(self, rollout_id: int, *, force: bool = False) -> RolloutResult:
+        """Continue a rollout whose controller stopped (killed, crashed or paused)."""
+        self._take(rollout_id, force, "rollout.resume", "resumed")
+        return self._run()
+
+    def promote(self, rollout_id: int, *, force: bool = False,
+                reason: str | None = None) -> RolloutResult:
+        """An operator passes the paused wave; the rollout continues."""
+        ro = self._get(rollout_id)
+        if ro.status != "paused":
+            raise CouldNotComplete(f"rollout {rollout_id} is {ro.status}, not paused: "
+                                   "nothing to promote")
+        self._take(rollout_id, force, "rollout.promote.lock", None)
+        self._load()
+        wave = next((w for w in self.waves if w.status == "paused"), None)
+        events = [EventRow("rollout.promote", subject_of(rollout_id),
+                           f"wave {wave.index if wave else '?'} promoted by {self.actor}"
+                           + (f": {reason}" if reason else ""),
+                           {"wave": wave.index if wave else None, "reason": reason})]
+        self._write([], events=events, rollout={"status": "running"},
+                    wave=(wave.id, {"status": "running", "verdict": "pass"}) if wave else None,
+                    label="promote")
+        if wave is not None:
+            wave.status, wave.verdict = "running", "pass"
+        return self._run()
+
+    def abort(self, rollout_id: int, *, force: bool = False,
+              reason: str | None = None) -> RolloutResult:
+        """Roll back the current wave (or every host moved, per `rollback_scope`) and stop.
+
+        When a live controller runs the rollout, the abort is requested: that controller rolls
+        back at its next step and this call returns status `aborting`.
+        """
+        ro = self._get(rollout_id)
+        if ro.status not in ("running", "paused", "aborting", "rolling_back"):
+            raise CouldNotComplete(f"rollout {rollout_id} is {ro.status}: nothing to abort")
+        if ro.status != "aborting":
+            request_status(self.history, rollout_id, "aborting", at=self.now(),
+                           actor=self.actor, kind="rollout.abort",
+                           message=f"abort requested by {self.actor}"
+                                   + (f": {reason}" if reason else ""),
+                           data={"reason": reason, "was": ro.status},
+                           allowed_from=("running", "paused", "rolling_back"))
+        try:
+            self._take(rollout_id, force, "rollout.abort.lock", None)
+        except LockHeld as e:
+            return RolloutResult(rollout_id, "aborting",
+                                 f"abort requested; the running controller rolls back ({e})")
+        return self._run()
+
+    # ---------------------------------------------------------------------- the run loop
+    def _run(self) -> RolloutResult:
+        assert self.rid is not None
+        self._load()
+        try:
+            ro = self._get(self.rid)
+            if ro.status == "aborting":
+                raise _AbortRequested
+            if ro.status == "rolling_back":
+                wave = next((w for w in reversed(self.waves)
+                             if w.status in ("failed", "rolling_back", "rolled_back")), None)
+                res = self._rollback(wave, "resuming an interrupted rollback")
+                raise _Stop(res.status, res.reason)
+            for w in self.waves:
+                if w.status in ("done",):
+                    continue
+                if w.status in ("failed", "rolling_back"):
+                    res = self._rollback(w, f"wave {w.index} failed (resuming its rollback)")
+                    raise _Stop(res.status, res.reason)
+                if w.status == "paused":
+                    raise _Stop("paused", f"wave {w.index} ({w.pool}) is paused, waiting for "
+                                          f"`fleet rollout promote {self.rid}` or `abort`")
+                self._run_wave(w)
+            self._write([], events=[self._ev("rollout.end", f"rollout {self.rid} completed",
+                                             status="completed")],
+                        rollout={"status": "completed", "ended_at": self.now(), **_UNLOCK},
+                        label="end")
+            result = self.result("completed", "every wave passed")
+        except _AbortRequested:
+            result = self._abort_now()
+        except _Stop as stop:
+            result = self.result(stop.status, stop.reason)
+        except (Exception, KeyboardInterrupt):
+            # an orderly stop (an error, Ctrl-C): every step is on record, so free the lock;
+            # anything else (the process being torn down) leaves it to go stale
+            release_lock(self.history, self.rid, self.owner, self.pid)
+            raise
+        release_lock(self.history, self.rid, self.owner, self.pid)
+        return result
+
+    def _run_wave(self, w: WaveRow) -> None:
+        rows = self.by_wave.get(w.id, [])
+        settings = self._settings(w.pool)
+        label = f"wave{w.index}"
+        if w.status == "pending":
+            w.status = "running"
+            self._write([], wave=(w.id, {"status": "running", "started_at": self.now()}),
+                        events=[self._ev("rollout.wave", f"wave {w.index} ({w.pool}) started: "
+                                         f"{len(rows)} host(s)", wave=w.index, pool=w.pool,
+                                         hosts=[r.host for r in rows])],
+                        label=f"{label}:start")
+        if w.status in ("running",):
+            self._drain(w, rows)
+            self._apply(w, rows)
+            self._reboot(w, rows)
+            self._verify(w, rows)
+            self._health_gate(w, rows, settings)
+            self._bench_gate(w, rows, settings)
+        if w.status in ("running", "gated"):
+            w.status = "gated"
+            self._bake(w, rows, settings)
+        self._repair(w, rows)
+        self._undrain(w, rows)
+        w.status = "done"
+        self._write([], wave=(w.id, {"status": "done", "ended_at": self.now()}),
+                    events=[self._ev("rollout.wave", f"wave {w.index} ({w.pool}) done: "
+                                     + _summary(rows), wave=w.index, pool=w.pool,
+                                     states=count_states(r.state for r in rows))],
+                    label=f"{label}:done")

@@ -1,0 +1,161 @@
+"""Rollbacks: a failed wave, an abort, or the hosts that failed after their pin changed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fleet.domain.gates import (
+    MAY_HAVE_MOVED,
+)
+from fleet.history import open_quarantine
+from fleet.history.rollouts import (
+    StepRow,
+    WaveRow,
+)
+from fleet.jobs.apply import needs_reboot
+from fleet.jobs.rollout.core import EngineCore
+from fleet.jobs.rollout.model import _UNLOCK, RolloutResult, _moved, _summary
+
+
+class Rollbacks(EngineCore):
+    """Put a failed wave (or every host moved in its pool) back on the release it had."""
+
+    def _rollback(self, w: WaveRow | None, reason: str) -> RolloutResult:
+        """Roll back the failed wave (or every host moved in its pool), undrain, stop."""
+        pool = w.pool if w else None
+        waves = [w] if w is not None else []
+        if w is not None and self.opts.rollback_scope == "all":
+            waves = [x for x in self.waves if x.pool == w.pool and x.index <= w.index]
+        rows = [r for x in waves for r in self.by_wave.get(x.id, [])]
+        targets = [r for r in rows if r.state in MAY_HAVE_MOVED or r.state == "rolling_back"
+                   or (r.state == "failed" and _moved(r) and not r.detail.get("quarantined"))]
+        status = "aborted" if self._aborting else "rolled_back"
+        self._write([], events=[self._ev("rollout.rollback",
+                                         f"rolling back {len(targets)} host(s) of "
+                                         f"{pool or 'the rollout'}: {reason}",
+                                         reason=reason, scope=self.opts.rollback_scope,
+                                         hosts=[r.host for r in targets])],
+                    rollout={"status": "aborting" if self._aborting else "rolling_back"},
+                    wave=(w.id, {"status": "rolling_back"}) if w else None,
+                    label="rollback:begin")
+        # hosts of the failed wave that never started stay planned; the rest are put back
+        unfinished = [r for r in rows if r.state in ("draining", "drained") and not _moved(r)]
+        if unfinished:
+            when = self.now()
+            for r in unfinished:
+                r.state, r.started_at, r.ended_at = "skipped", when, when
+                r.detail = {**r.detail, "why": "the wave was rolled back before this host moved"}
+            self._write(unfinished, events=[self._step_event(w, "stop", "end", unfinished)]
+                        if w else [], label="rollback:unfinished")
+        if targets:
+            self._rollback_hosts(targets, reason)
+        for x in waves:
+            self._undrain(x, self.by_wave.get(x.id, []))
+        final = {"status": status, "ended_at": self.now(), **_UNLOCK}
+        for x in waves:
+            x.status = "rolled_back"
+            self._write([], wave=(x.id, {"status": "rolled_back", "ended_at": self.now()}),
+                        label=f"wave{x.index}:rolled_back")
+        self._write([], events=[self._ev("rollout.end", f"rollout {self.rid} {status}: {reason}",
+                                         status=status, reason=reason)],
+                    rollout=final, label="end")
+        return self.result(status, reason)
+
+    def _rollback_hosts(self, rows: list[StepRow], reason: str) -> None:
+        """Put hosts back on the release they had: one idempotent step per host (drain if
+        needed, re-plan, pin, reboot when the loaded module differs, verify)."""
+        for r in rows:
+            if r.state != "rolling_back":
+                r.detail = {**r.detail, "rollback_from_state": r.state}
+        self._set(rows, "rolling_back", ended=False, rollback_reason=reason)
+        self._write(rows, events=[self._ev("rollout.step", f"rolling back {len(rows)} host(s)",
+                                           step="rollback", phase="begin",
+                                           hosts=[r.host for r in rows])],
+                    label="rollback:hosts:begin")
+        targets: dict[str, list[StepRow]] = {}
+        for r in rows:
+            back = r.from_release or self._fallback_release(r)
+            if back is None:
+                self._fail(r, "rollback", "no known previous release to roll back to")
+                continue
+            r.detail = {**r.detail, "rollback_to": back}
+            targets.setdefault(back, []).append(r)
+        snaps: list[tuple[Any, ...]] = []
+        for back, group in targets.items():
+            release = self.matrix.release(back)
+            live = []
+            for r in group:  # hosts put back in service by an earlier wave: drain them again
+                a = self.scheduler.state(r.host)
+                if a.state == "available":
+                    d = self.scheduler.drain(r.host, f"rollout {self.rid} rollback")
+                    if d.ok:
+                        r.detail = {**r.detail, "ours": True, "released": False}
+                    else:
+                        self._fail(r, "rollback", f"drain: {d.error}",
+                                   unreachable=not d.reachable)
+                        continue
+                live.append(r)
+            plans = self.backend.plan([r.host for r in live], release) if live else {}
+            change = []
+            for r in live:
+                p = plans[r.host]
+                if not p.ok or p.value is None:
+                    self._fail(r, "rollback", f"plan: {p.error}", unreachable=not p.reachable)
+                elif p.value.changed:
+                    change.append(r)
+            out = self.backend.apply([r.host for r in change], release) if change else {}
+            for r in change:
+                if not out[r.host].ok:
+                    self._fail(r, "rollback", f"pin: {out[r.host].error}",
+                               unreachable=not out[r.host].reachable)
+            live = [r for r in live if r.state == "rolling_back"]
+            health = self._probe_health(live, lambda r: r.detail["rollback_to"])
+            reboot = [r for r in live if health[r.host][3]
+                      and needs_reboot(health[r.host][3][0][2])]
+            if reboot:
+                rb = self.backend.reboot([r.host for r in reboot])
+                for r in reboot:
+                    if not rb[r.host].ok:
+                        self._fail(r, "rollback", f"reboot: {rb[r.host].error}",
+                                   unreachable=not rb[r.host].reachable)
+                again = [r for r in reboot if r.state == "rolling_back"]
+                health.update(self._probe_health(again, lambda r: r.detail["rollback_to"]))
+            for r in live:
+                if r.state != "rolling_back":
+                    continue
+                ok, err, unreachable, snap = health[r.host]
+                snaps += snap
+                if ok:
+                    self._set([r], "rolled_back", ended=True)
+                else:
+                    self._fail(r, "rollback", err, unreachable=unreachable)
+        events = [self._ev("rollout.step", f"rollback ended: {_summary(rows)}", step="rollback",
+                           phase="end", to={s: [r.host for r in rows if r.state == s]
+                                            for s in {r.state for r in rows}})]
+        # a host that could not be put back on a verified release is quarantined: it stays
+        # drained (on record) instead of going back into service broken
+        bad = [r for r in rows if r.state == "failed" and r.detail.get("failed_at") == "rollback"]
+        for r in bad:
+            r.detail = {**r.detail, "quarantined": True}
+            events.append(self._ev("rollout.host", f"{r.host}: rollback failed "
+                                   f"({r.detail.get('error')}): quarantined, left drained",
+                                   host=r.host, state="failed", step="rollback",
+                                   error=r.detail.get("error"), quarantined=True))
+        self._write(rows, events=events, label="rollback:hosts:end",
+                    snapshots=snaps)
+        for r in bad:
+            open_quarantine(self.history, r.host, reason=f"rollout {self.rid}: rollback "
+                            f"failed: {r.detail.get('error')}", opened_by=self.actor,
+                            at=self.now(), data={"rollout": self.rid})
+
+    def _fallback_release(self, r: StepRow) -> str | None:
+        prev = self.matrix.policy.previous.get(r.pool)
+        return prev
+
+    def _abort_now(self) -> RolloutResult:
+        self._aborting = True
+        wave = next((w for w in self.waves if w.status not in ("done", "pending",
+                                                                "rolled_back")), None)
+        if wave is None:  # nothing moving: roll back the last wave that moved, if any
+            wave = next((w for w in reversed(self.waves) if w.status == "done"), None)
+        return self._rollback(wave, "aborted by an operator")

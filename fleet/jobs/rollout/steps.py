@@ -1,0 +1,235 @@
+"""The steps of a wave, each idempotent against the hosts and resumable from its rows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fleet.domain.gates import (
+    Budget,
+    health_verdict,
+)
+from fleet.domain.matrix.models import RolloutSettings
+from fleet.domain.pinning import release_of
+from fleet.history.rollouts import (
+    StepRow,
+    WaveRow,
+)
+from fleet.jobs.apply import restore_release
+from fleet.jobs.rollout.core import EngineCore
+from fleet.jobs.rollout.model import _is_failure, _moved, _Stop
+
+
+class WaveSteps(EngineCore):
+    """Drain, apply, reboot, verify, health gate, bake, repair and undrain (see the package doc)."""
+
+    def _drain(self, w: WaveRow, rows: list[StepRow]) -> None:
+        todo = [r for r in rows if r.state == "planned"
+                or (r.state == "draining" and not r.ended)]
+        if not todo:
+            return
+        for r in todo:
+            if "admin" not in r.detail:  # the state before fleet touched it, recorded once
+                a = self.scheduler.state(r.host)
+                r.detail = {**r.detail, "admin": {"state": a.state, "reason": a.reason,
+                                                  "by_fleet": a.by_fleet}}
+        self._set(todo, "draining", ended=False)
+        self._write(todo, events=[self._step_event(w, "drain", "begin", todo)],
+                    label=f"wave{w.index}:drain:begin")
+        for r in todo:
+            a = r.detail["admin"]
+            if a["state"] in ("drained", "draining") and not a["by_fleet"]:
+                when = self.now()
+                r.state, r.started_at, r.ended_at = "skipped", when, when
+                r.detail = {**r.detail, "why": f"drained by someone else: {a['reason']}"}
+                continue
+            res = self.scheduler.drain(r.host, f"rollout {self.rid} wave {w.index}",
+                                       wait_s=self.opts.drain_wait_s)
+            if res.ok:
+                self._set([r], "drained", ended=True, ours=True)
+                continue
+            now_state = self.scheduler.state(r.host)
+            ours = now_state.by_fleet and now_state.state in ("drained", "draining")
+            self._fail(r, "drain", res.error, unreachable=not res.reachable
+                       or now_state.state == "down", ours=ours)
+        self._write(todo, events=[self._step_event(w, "drain", "end", todo),
+                                  *self._host_events(todo)],
+                    label=f"wave{w.index}:drain:end")
+
+    def _apply(self, w: WaveRow, rows: list[StepRow]) -> None:
+        todo = [r for r in rows if (r.state == "drained" and r.ended)
+                or (r.state == "applying" and not r.ended)]
+        if not todo:
+            return
+        release = self.matrix.release(todo[0].to_release or "")
+        plans = self.backend.plan([r.host for r in todo], release)
+        ready = []
+        for r in todo:
+            p = plans[r.host]
+            if not p.ok or p.value is None:
+                self._fail(r, "plan", p.error, unreachable=not p.reachable)
+                continue
+            plan = p.value
+            if r.from_release is None:
+                r.from_release = release_of(self.matrix.releases, plan.installed,
+                                            plan.os_family)
+            r.detail = {**r.detail, "changed": bool(r.detail.get("changed") or plan.changed),
+                        "reboot": bool(r.detail.get("reboot") or plan.reboot_required),
+                        "pending": plan.changed}
+            ready.append(r)
+        self._set(ready, "applying", ended=False)
+        self._write(todo, events=[self._step_event(w, "apply", "begin", ready,
+                                                   {"release": release.name}),
+                                  *self._host_events(todo)],
+                    label=f"wave{w.index}:apply:begin")
+        change = [r for r in ready if r.detail.get("pending")]
+        out = self.backend.apply([r.host for r in change], release) if change else {}
+        for r in ready:
+            res = out.get(r.host)
+            if res is not None and not res.ok:
+                err = res.error
+                if res.reachable:
+                    back = restore_release(self.backend, self.matrix, r.host, r.from_release)
+                    err = f"{err}; {back}"
+                self._fail(r, "apply", err, unreachable=not res.reachable, restored=True)
+                continue
+            r.detail = {k: v for k, v in r.detail.items() if k != "pending"}
+            self._set([r], "applying", ended=True)
+        self._write(ready, events=[self._step_event(w, "apply", "end", ready),
+                                   *self._host_events(ready)],
+                    label=f"wave{w.index}:apply:end")
+
+    def _reboot(self, w: WaveRow, rows: list[StepRow]) -> None:
+        todo = [r for r in rows if (r.state == "applying" and r.ended and r.detail.get("reboot"))
+                or (r.state == "rebooting" and not r.ended)]
+        if not todo:
+            return
+        self._set(todo, "rebooting", ended=False)
+        self._write(todo, events=[self._step_event(w, "reboot", "begin", todo)],
+                    label=f"wave{w.index}:reboot:begin")
+        out = self.backend.reboot([r.host for r in todo])
+        for r in todo:
+            res = out[r.host]
+            if res.ok:
+                self._set([r], "rebooting", ended=True)
+            else:
+                self._fail(r, "reboot", res.error, unreachable=not res.reachable)
+        self._write(todo, events=[self._step_event(w, "reboot", "end", todo),
+                                  *self._host_events(todo)],
+                    label=f"wave{w.index}:reboot:end")
+
+    def _verify(self, w: WaveRow, rows: list[StepRow]) -> None:
+        todo = [r for r in rows
+                if (r.state == "applying" and r.ended and not r.detail.get("reboot"))
+                or (r.state == "rebooting" and r.ended)
+                or (r.state == "verifying" and not r.ended)]
+        if not todo:
+            return
+        self._set(todo, "verifying", ended=False)
+        self._write(todo, events=[self._step_event(w, "verify", "begin", todo)],
+                    label=f"wave{w.index}:verify:begin")
+        health = self._probe_health(todo, lambda r: r.to_release or "")
+        snaps: list[tuple[Any, ...]] = []
+        for r in todo:
+            ok, err, unreachable, snap = health[r.host]
+            snaps += snap
+            if ok:
+                self._set([r], "verifying", ended=True)
+            else:
+                self._fail(r, "verify", err, unreachable=unreachable)
+        self._write(todo, events=[self._step_event(w, "verify", "end", todo),
+                                  *self._host_events(todo)],
+                    label=f"wave{w.index}:verify:end", snapshots=snaps)
+
+    def _health_gate(self, w: WaveRow, rows: list[StepRow], settings: RolloutSettings) -> None:
+        failed = sum(1 for r in rows if _is_failure(r))
+        total = sum(1 for r in self._pool_rows(w.pool) if _is_failure(r))
+        moved = sum(1 for r in rows if r.state in ("verifying", "benchmarking", "judged",
+                                                   "undraining", "done"))
+        verdict, why = health_verdict(failed, total, Budget(settings.failure_budget_per_wave,
+                                                            settings.failure_budget_total), moved)
+        self.gates[w.id] = {"health": {"verdict": verdict, "reason": why}}
+        if verdict == "fail":
+            self._write([], events=[self._ev("rollout.gate", f"wave {w.index} ({w.pool}): "
+                                             f"health gate failed: {why}", wave=w.index,
+                                             gate="health", verdict="fail", reason=why)],
+                        wave=(w.id, {"status": "failed", "verdict": "fail"}),
+                        label=f"wave{w.index}:health:fail")
+            w.status, w.verdict = "failed", "fail"
+            res = self._rollback(w, f"health gate: {why}")
+            raise _Stop(res.status, res.reason)
+
+    def _bake(self, w: WaveRow, rows: list[StepRow], settings: RolloutSettings) -> None:
+        judged = [r for r in rows if r.state == "judged"]
+        seconds = settings.bake_minutes * 60.0
+        if judged and seconds > 0:
+            self._write([], wave=(w.id, {"status": "gated"}),
+                        events=[self._ev("rollout.bake", f"wave {w.index} ({w.pool}): baking "
+                                         f"{settings.bake_minutes} min", wave=w.index,
+                                         minutes=settings.bake_minutes)],
+                        label=f"wave{w.index}:bake:begin")
+            left = seconds
+            beat = self.wall()
+            while left > 0:
+                chunk = min(left, max(1.0, self.opts.heartbeat_s))
+                self.sleep(chunk)
+                left -= chunk
+                if left > 0 and (self.wall() - beat).total_seconds() >= self.opts.heartbeat_s:
+                    beat = self.wall()
+                    self._write([], label=f"wave{w.index}:bake:beat")
+            health = self._probe_health(judged, lambda r: r.to_release or "")
+            snaps: list[tuple[Any, ...]] = []
+            for r in judged:
+                ok, err, unreachable, snap = health[r.host]
+                snaps += snap
+                if not ok:
+                    self._fail(r, "bake", err, unreachable=unreachable)
+            self._write(judged, events=[self._step_event(w, "bake", "end", judged),
+                                        *self._host_events(judged)],
+                        label=f"wave{w.index}:bake:end", snapshots=snaps)
+            if any(r.state == "failed" for r in judged):
+                w.status = "running"
+                self._health_gate(w, rows, settings)
+        w.status = "baked"
+        self._write([], wave=(w.id, {"status": "baked"}), label=f"wave{w.index}:baked")
+
+    def _repair(self, w: WaveRow, rows: list[StepRow]) -> None:
+        """Roll back, one by one, the failed hosts whose pin may have changed them."""
+        todo = [r for r in rows if r.state == "rolling_back"
+                or (r.state == "failed" and _moved(r) and not r.detail.get("quarantined"))]
+        if todo:
+            self._rollback_hosts(todo, f"wave {w.index}: failed host(s) put back")
+
+    def _undrain(self, w: WaveRow, rows: list[StepRow]) -> None:
+        todo = [r for r in rows if (r.state == "judged" and r.ended)
+                or (r.state == "undraining" and not r.ended)]
+        release = [r for r in rows if r.state in ("failed", "rolled_back", "skipped")
+                   and r.detail.get("ours") and not r.detail.get("released")
+                   and not r.detail.get("quarantined")]
+        if not todo and not release:
+            return
+        self._set(todo, "undraining", ended=False)
+        for r in release:
+            r.detail = {**r.detail, "releasing": True}
+        self._write(todo + release, events=[self._step_event(w, "undrain", "begin",
+                                                             todo + release)],
+                    label=f"wave{w.index}:undrain:begin")
+        for r in todo + release:
+            err = self._undrain_one(r)
+            if r in todo:
+                self._set([r], "done", ended=True, **({"undrain_error": err} if err else {}))
+            else:
+                r.detail = {**{k: v for k, v in r.detail.items() if k != "releasing"},
+                            "released": True, **({"undrain_error": err} if err else {})}
+        self._write(todo + release, events=[self._step_event(w, "undrain", "end",
+                                                             todo + release)],
+                    label=f"wave{w.index}:undrain:end")
+
+    def _undrain_one(self, r: StepRow) -> str | None:
+        """Undrain a host only if fleet drained it (recorded) and the scheduler agrees."""
+        if not r.detail.get("ours"):
+            return None
+        a = self.scheduler.state(r.host)
+        if a.state not in ("drained", "draining", "down") or not a.by_fleet:
+            return None  # not drained, or drained by someone else since: leave it
+        res = self.scheduler.undrain(r.host)
+        return None if res.ok else res.error
