@@ -304,7 +304,10 @@ def _wiring(m: Matrix, source: dict[str, Any], *, create: bool = False,
     return backend, make_scheduler(source.get("scheduler") or "none"), _time.sleep
 
 
-def _wave_table(engine: Any) -> Table:
+def _wave_table(engine: Any) -> Any:
+    from rich.console import Group
+    from rich.text import Text
+
     t = Table("wave", "pool", "hosts", "status", "verdict", "host states", "gate",
               box=None, title=f"rollout {engine.rid}")
     for w in engine._view_waves():
@@ -317,7 +320,8 @@ def _wave_table(engine: Any) -> Table:
         t.add_row(str(w["index"]), w["pool"], str(w["hosts"]), w["status"],
                   f"[{colour}]{w['verdict'] or ''}[/]",
                   ", ".join(f"{n} {s}" for s, n in w["states"].items()), shown)
-    return t
+    lines = _waiting_lines(_waiting(engine.steps.values()))
+    return Group(t, *(Text(line) for line in lines)) if lines else t
 
 
 def _drive(ctx: typer.Context, matrix_path: str, source: dict[str, Any], json_out: bool,
@@ -467,7 +471,7 @@ def _options(ctx: typer.Context, rollout_id: int) -> dict[str, Any]:
     with open_history(settings(ctx).db) as history:
         opts = start_data(history, rollout_id).get("options") or {}
     return {k: v for k, v in opts.items() if k in ("rollback_scope", "stale_after_s",
-                                                  "bench_hosts", "drain_wait_s")}
+                                                  "bench_hosts")}
 
 
 @app.command("resume")
@@ -521,9 +525,29 @@ def _rollout_doc(history: Any, ro: Any, *, hosts: bool = False) -> dict[str, Any
                    "states": count_states(s.state for s in by_wave.get(w.id, []))}
                   for w in waves],
     }
+    doc["waiting"] = _waiting(steps)
     if hosts:
         doc["host_steps"] = [s.as_dict() for s in steps]
     return doc
+
+
+def _waiting(steps: Any) -> list[dict[str, Any]]:
+    """Hosts whose drain waits for their jobs: who waits for what, since when."""
+    out = []
+    for s in steps:
+        w = (s.detail or {}).get("waiting_for")
+        if s.state == "draining" and w:
+            out.append({"host": s.host, "jobs": list(w.get("jobs") or []),
+                        "waited_s": w.get("waited_s"), "since": s.detail.get("drain_since"),
+                        "timed_out": bool(s.detail.get("drain_timed_out"))})
+    return out
+
+
+def _waiting_lines(waiting: list[dict[str, Any]]) -> list[str]:
+    from fleet.domain.drain import describe_jobs
+
+    return [f"  {w['host']}: {'timed out on' if w['timed_out'] else 'waiting for'} "
+            f"{describe_jobs(w['jobs'])} ({w['waited_s']} s)" for w in waiting]
 
 
 @app.command("status")
@@ -556,6 +580,8 @@ def status_cmd(ctx: typer.Context,
         t.add_row(str(w["index"]), w["pool"], str(w["hosts"]), w["status"], w["verdict"] or "",
                   ", ".join(f"{n} {s}" for s, n in w["states"].items()))
     console.print(t)
+    for line in _waiting_lines(doc["waiting"]):
+        console.print(line, markup=False, highlight=False)
 
 
 @app.command("history")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, Protocol, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar, runtime_checkable
 
 from fleet.domain.facts import HostFacts
 from fleet.domain.matrix.models import Release
@@ -97,11 +97,17 @@ AdminStateName = Literal["available", "draining", "drained", "down", "unknown"]
 
 @dataclass(frozen=True)
 class AdminState:
-    """A host's state in the workload manager, recorded before fleet touches it."""
+    """A host's state in the workload manager, recorded before fleet touches it.
+
+    `drained` means drained AND empty: no running or completing job (Slurm) and no evictable pod
+    (Kubernetes) is left; while work remains the state is `draining` and `jobs` names it.
+    """
 
     state: AdminStateName
     reason: str | None = None
     by_fleet: bool = False  # drained by fleet (its reason carries fleet's marker)
+    owner: str | None = None  # who set the reason, where the scheduler says (Slurm: user)
+    jobs: tuple[str, ...] = ()  # work still on the host: job ids, namespace/pod names
 
 
 class Scheduler(Protocol):
@@ -118,3 +124,24 @@ class Scheduler(Protocol):
     def drain(self, host: str, reason: str, *, wait_s: float = 0) -> HostResult[None]: ...
 
     def undrain(self, host: str) -> HostResult[None]: ...
+
+
+StopAction = Literal["cancel", "requeue"]
+
+
+@runtime_checkable
+class JobControl(Protocol):
+    """A scheduler that can end the work left on a draining host, when the matrix says so
+    (`rollout.drain.on_timeout: cancel | requeue`). Slurm: `scancel`, `scontrol requeue`."""
+
+    def stop_jobs(self, host: str, jobs: Sequence[str], action: StopAction
+                  ) -> HostResult[list[str]]: ...
+
+
+@runtime_checkable
+class NodeReboot(Protocol):
+    """A scheduler that reboots its nodes itself (`rollout.reboot: slurm`): `scontrol reboot`,
+    which runs the cluster's RebootProgram and knows when the node is back."""
+
+    def reboot_node(self, host: str, reason: str, *, timeout_s: float
+                    ) -> HostResult[None]: ...

@@ -4,6 +4,13 @@
     scontrol update nodename=NODE state=drain reason="fleet: ..."   (DRAIN: no new jobs)
     squeue -h -w NODE -t R,CG -o %i                                 (jobs still on the node)
     scontrol update nodename=NODE state=resume                      (only if the reason is ours)
+    scancel JOB... | scontrol requeue JOB...                        (only when the matrix says so)
+    scontrol reboot ASAP reason="fleet: ..." NODE                   (`rollout.reboot: slurm`)
+
+A drained node keeps running its jobs (DRAINING, `MIXED+DRAIN`) until they end; it is ready only
+when `scontrol` says exactly drained (`IDLE+DRAIN`, no COMPLETING) and `squeue` lists no running
+or completing job on it. `scontrol show node` prints the reason with its owner and time appended
+(`Reason=ops: RMA 12 [alice@2026-11-30T10:00:00]`); they are split off and kept.
 
 Ownership lives in the drain reason: fleet's reasons start with the marker (`fleet:`), the way
 NHC prefixes its own with `NHC:`. A node drained or downed by anyone else is never resumed and
@@ -13,11 +20,12 @@ NVSentinel #1424). Completing jobs (CG) count as running: their epilog may still
 
 from __future__ import annotations
 
+import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from fleet.domain.ports import AdminState, HostResult
+from fleet.domain.ports import AdminState, HostResult, StopAction
 from fleet.schedulers.runner import Runner, check_node_name, one_line, run_command, tail
 
 MARKER = "fleet:"
@@ -25,6 +33,19 @@ MARKER = "fleet:"
 _REST_OF_LINE = ("OS", "Reason", "Comment", "Extra")
 _BUSY = frozenset({"ALLOCATED", "ALLOC", "MIXED", "COMPLETING"})
 _UP = frozenset({"IDLE", "ALLOCATED", "ALLOC", "MIXED", "COMPLETING", "PLANNED", "RESERVED"})
+_REASON_RE = re.compile(r"^(?P<text>.*?)\s*\[(?P<owner>[^\s@\]]+)@(?P<when>[^\]]+)\]$")
+_JOB_ID_RE = re.compile(r"^[0-9]{1,12}(_[0-9]{1,9})?(\+[0-9]{1,6})?$")
+_REBOOTING = frozenset({"REBOOT_REQUESTED", "REBOOT_ISSUED", "REBOOT"})
+
+
+def split_reason(printed: str | None) -> tuple[str | None, str | None, str | None]:
+    """`ops: RMA 12 [alice@2026-11-30T10:00:00]` -> ("ops: RMA 12", "alice", "2026-11-...")."""
+    if printed is None:
+        return None, None, None
+    m = _REASON_RE.match(printed)
+    if not m:
+        return printed, None, None
+    return m.group("text") or None, m.group("owner"), m.group("when")
 
 
 @dataclass(frozen=True)
@@ -33,8 +54,10 @@ class SlurmNode:
 
     name: str
     state: str  # as printed: "IDLE+DRAIN", "MIXED+DRAIN", "DOWN*+DRAIN"
-    reason: str | None
+    reason: str | None  # without the "[owner@time]" scontrol appends
     fields: dict[str, str] = field(default_factory=dict, compare=False)
+    owner: str | None = None
+    reason_time: str | None = None
 
     @property
     def flags(self) -> list[str]:
@@ -56,19 +79,31 @@ class SlurmNode:
     def down(self) -> bool:
         return self.base in ("DOWN", "FAIL", "FAILING") or self.not_responding
 
+    @property
+    def rebooting(self) -> bool:
+        return any(f in _REBOOTING for f in self.flags)
+
+    @property
+    def boot_time(self) -> str | None:
+        return self.fields.get("BootTime")
+
     def by(self, marker: str) -> bool:
         return bool(self.reason) and str(self.reason).startswith(marker)
 
-    def admin_state(self, marker: str = MARKER) -> AdminState:
+    def admin_state(self, marker: str = MARKER, jobs: Sequence[str] = ()) -> AdminState:
+        """The node as the port sees it; `jobs` (from squeue) keep a drained node draining."""
         ours = self.by(marker)
+        held = tuple(jobs)
         if self.down:
-            return AdminState("down", self.reason, ours)
+            return AdminState("down", self.reason, ours, self.owner, held)
         if self.drain:
-            busy = self.base in _BUSY or "COMPLETING" in self.flags or self.base == "DRAINING"
-            return AdminState("draining" if busy else "drained", self.reason, ours)
+            busy = (self.base in _BUSY or "COMPLETING" in self.flags
+                    or self.base == "DRAINING" or bool(held))
+            return AdminState("draining" if busy else "drained", self.reason, ours, self.owner,
+                              held)
         if self.base in _UP:
-            return AdminState("available", self.reason, False)
-        return AdminState("unknown", self.reason, ours)
+            return AdminState("available", self.reason, False, self.owner, held)
+        return AdminState("unknown", self.reason, ours, self.owner, held)
 
 
 def parse_show_node(text: str) -> list[SlurmNode]:
@@ -82,10 +117,11 @@ def parse_show_node(text: str) -> list[SlurmNode]:
 
     def close() -> None:
         if current and "NodeName" in current:
-            reason = current.get("Reason")
+            printed = current.get("Reason")
+            text, owner, when = split_reason(
+                printed if printed not in (None, "", "(null)", "None") else None)
             nodes.append(SlurmNode(current["NodeName"], current.get("State", "UNKNOWN"),
-                                   reason if reason not in (None, "", "(null)", "None") else None,
-                                   dict(current)))
+                                   text, dict(current), owner, when))
 
     for raw in text.splitlines():
         line = raw.strip()
@@ -117,14 +153,25 @@ class SlurmScheduler:
 
     name = "slurm"
 
+    drain_kick_s = 0.0  # a drain is a flag: nothing to push along while waiting
+
     def __init__(self, runner: Runner | None = None, *, marker: str = MARKER,
-                 scontrol: str = "scontrol", squeue: str = "squeue", timeout_s: float = 30.0,
-                 poll_s: float = 10.0, sleep: Callable[[float], None] = time.sleep,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 scontrol: str = "scontrol", squeue: str = "squeue", scancel: str = "scancel",
+                 timeout_s: float = 30.0, poll_s: float = 10.0,
+                 sleep: Callable[[float], None] = time.sleep,
+                 monotonic: Callable[[], float] = time.monotonic,
+                 slurm_conf: str | None = None) -> None:
+        if runner is None and slurm_conf:
+            import os
+
+            from fleet.schedulers.runner import subprocess_runner
+
+            runner = subprocess_runner({**os.environ, "SLURM_CONF": slurm_conf})
         self.run = runner or run_command
         self.marker = marker
         self.scontrol = scontrol
         self.squeue = squeue
+        self.scancel = scancel
         self.timeout_s = timeout_s
         self.poll_s = poll_s
         self.sleep = sleep
@@ -142,10 +189,18 @@ class SlurmScheduler:
         return f"Node {host} not found"
 
     def state(self, host: str) -> AdminState:
+        """The node's state; a drained node is `drained` only when squeue lists no running or
+        completing job on it (scontrol lags squeue by a moment after a job ends: trap 4)."""
         node = self.show(host)
         if isinstance(node, str):
             return AdminState("unknown", node)
-        return node.admin_state(self.marker)
+        if not node.drain:
+            return node.admin_state(self.marker)
+        jobs = self.running_jobs(host)
+        if isinstance(jobs, str):
+            return AdminState("unknown", f"{node.state}: {jobs}", node.by(self.marker),
+                              node.owner)
+        return node.admin_state(self.marker, jobs)
 
     def _update(self, host: str, *args: str) -> str | None:
         argv = [self.scontrol, "update", f"nodename={host}", *args]
@@ -155,6 +210,7 @@ class SlurmScheduler:
         return None
 
     def running_jobs(self, host: str) -> list[str] | str:
+        check_node_name(host)
         argv = [self.squeue, "-h", "-w", host, "-t", "R,CG", "-o", "%i"]
         rc, out, err = self.run(argv, self.timeout_s)
         if rc != 0:
@@ -209,3 +265,58 @@ class SlurmScheduler:
         if error:
             return HostResult.failed(host, error)
         return HostResult(host, None, changed=True)
+
+    # --------------------------------------------------------------- JobControl, NodeReboot
+    def stop_jobs(self, host: str, jobs: Sequence[str], action: StopAction
+                  ) -> HostResult[list[str]]:
+        """`scancel` or `scontrol requeue` the given jobs (ids checked, never a shell)."""
+        check_node_name(host)
+        ids = [j for j in jobs if _JOB_ID_RE.fullmatch(j)]
+        if len(ids) != len(jobs):
+            bad = [j for j in jobs if j not in ids]
+            return HostResult.failed(host, f"refusing job ids {bad!r}")
+        if not ids:
+            return HostResult(host, [], changed=False)
+        if action == "cancel":
+            argv = [self.scancel, *ids]
+        elif action == "requeue":
+            argv = [self.scontrol, "requeue", ",".join(ids)]
+        else:
+            return HostResult.failed(host, f"unknown action {action!r}")
+        rc, out, err = self.run(argv, self.timeout_s)
+        if rc != 0:
+            return HostResult.failed(host, f"{argv[0]} {argv[1]} failed (exit {rc}): "
+                                           f"{tail(err or out)}")
+        return HostResult(host, ids, changed=True)
+
+    def reboot_node(self, host: str, reason: str, *, timeout_s: float) -> HostResult[None]:
+        """`scontrol reboot ASAP` (the cluster's RebootProgram), then wait until the node
+        registers with a new boot time and no reboot flag. The node must be ours and empty."""
+        node = self.show(host)
+        if isinstance(node, str):
+            return HostResult.failed(host, node)
+        if not (node.drain and node.by(self.marker)):
+            return HostResult.failed(host, f"not rebooting {host}: it is {node.state} "
+                                           f"({node.reason or 'no reason'}), not drained by fleet")
+        before = node.boot_time
+        rc, out, err = self.run([self.scontrol, "reboot", "ASAP",
+                                 f"reason={self.marker} {one_line(reason, 180)}", host],
+                                self.timeout_s)
+        if rc != 0:
+            return HostResult.failed(host, f"scontrol reboot failed (exit {rc}): "
+                                           f"{tail(err or out)}")
+        start = self.monotonic()
+        last = ""
+        while self.monotonic() - start < timeout_s:
+            self.sleep(min(self.poll_s, 2.0))
+            now = self.show(host)
+            if isinstance(now, str):
+                last = now
+                continue
+            last = f"{now.state} (BootTime {now.boot_time})"
+            if now.boot_time != before and not now.rebooting and not now.down:
+                return HostResult(host, None, changed=True,
+                                  seconds=self.monotonic() - start)
+        return HostResult(host, None, ok=False, reachable=False,
+                          seconds=self.monotonic() - start,
+                          error=f"not back from `scontrol reboot` within {timeout_s:g} s: {last}")

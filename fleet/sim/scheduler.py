@@ -8,12 +8,12 @@ the logical clock; `drain(..., wait_s)` succeeds when they would end within the 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from fleet.domain.ports import AdminState, HostResult
+from fleet.domain.ports import AdminState, HostResult, StopAction
 from fleet.sim.model import SimClock
 
 if TYPE_CHECKING:
@@ -27,6 +27,7 @@ class _Node:
     drained: bool = False
     reason: str | None = None
     jobs_end: datetime | None = None  # when the running jobs finish; None: no jobs
+    job_id: str | None = None
     drain_fails: bool = False
 
 
@@ -66,9 +67,11 @@ class SimScheduler:
         node = self._node(host)
         node.drained, node.reason = True, reason
 
-    def start_job(self, host: str, seconds: float) -> None:
+    def start_job(self, host: str, seconds: float, job_id: str = "1") -> None:
         """A job is running on `host` for another `seconds` of logical time."""
-        self._node(host).jobs_end = self.clock() + timedelta(seconds=seconds)
+        node = self._node(host)
+        node.jobs_end = self.clock() + timedelta(seconds=seconds)
+        node.job_id = job_id
 
     def fail_drains(self, host: str, fail: bool = True) -> None:
         """Make `drain` on `host` fail (the controller refuses the update)."""
@@ -83,8 +86,18 @@ class SimScheduler:
         if not node.drained:
             return AdminState("available")
         if self._running(node):
-            return AdminState("draining", node.reason, by_fleet)
+            return AdminState("draining", node.reason, by_fleet, None, (node.job_id or "1",))
         return AdminState("drained", node.reason, by_fleet)
+
+    def stop_jobs(self, host: str, jobs: Sequence[str], action: StopAction
+                  ) -> HostResult[list[str]]:
+        """Cancel or requeue: the job leaves the node at once (a requeued one runs elsewhere)."""
+        self.calls.append((action, host))
+        node = self._node(host)
+        if not self._running(node):
+            return HostResult(host, [], changed=False)
+        node.jobs_end = None
+        return HostResult(host, list(jobs), changed=True)
 
     def drain(self, host: str, reason: str, *, wait_s: float = 0) -> HostResult[None]:
         self.calls.append(("drain", host))

@@ -45,6 +45,7 @@ def fleet_state(fleet: SimFleet) -> dict[str, Any]:
         for name, node in fleet._scheduler._nodes.items():
             sched[name] = {"drained": node.drained, "reason": node.reason,
                            "jobs_end": node.jobs_end.isoformat() if node.jobs_end else None,
+                           "job_id": node.job_id,
                            "drain_fails": node.drain_fails}
     clock = fleet.clock
     return {
@@ -116,6 +117,6 @@ def fleet_from_state(doc: dict[str, Any], matrix: Matrix) -> SimFleet:
         s._nodes = {
             name: _Node(bool(n["drained"]), n["reason"],
                         datetime.fromisoformat(n["jobs_end"]) if n["jobs_end"] else None,
-                        bool(n["drain_fails"]))
+                        n.get("job_id"), drain_fails=bool(n["drain_fails"]))
             for name, n in sched.items()}
     return fleet

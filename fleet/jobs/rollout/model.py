@@ -49,7 +49,6 @@ class RolloutOptions:
     suite_specs: Mapping[str, Sequence[MetricSpec]] = field(
         default_factory=lambda: dict(SUITE_SPECS))
     judge_config: JudgeConfig | None = None
-    drain_wait_s: float = 0.0
     probe_batch: int = 1000
     record_snapshots: bool = True
     heartbeat_s: float = 60.0  # longest sleep between heartbeats while baking
@@ -57,8 +56,7 @@ class RolloutOptions:
     def as_dict(self) -> dict[str, Any]:
         return {"rollback_scope": self.rollback_scope, "stale_after_s": self.stale_after_s,
                 "bench_hosts": self.bench_hosts,
-                "suite_params": {k: dict(v) for k, v in self.suite_params.items()},
-                "drain_wait_s": self.drain_wait_s}
+                "suite_params": {k: dict(v) for k, v in self.suite_params.items()}}
 
 
 @dataclass

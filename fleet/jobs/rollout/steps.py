@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
+from fleet.domain.drain import DrainView, describe_jobs
 from fleet.domain.gates import (
     Budget,
     health_verdict,
@@ -15,45 +17,120 @@ from fleet.history.rollouts import (
     WaveRow,
 )
 from fleet.jobs.apply import restore_release
+from fleet.jobs.drain import DrainWait, drain_hosts
 from fleet.jobs.rollout.core import EngineCore
-from fleet.jobs.rollout.model import _is_failure, _moved, _Stop
+from fleet.jobs.rollout.model import _UNLOCK, _is_failure, _moved, _Stop
 
 
 class WaveSteps(EngineCore):
     """Drain, apply, reboot, verify, health gate, bake, repair and undrain (see the package doc)."""
 
     def _drain(self, w: WaveRow, rows: list[StepRow]) -> None:
+        """Drain the wave's hosts and wait until each is drained AND empty (see
+        `fleet.jobs.drain`); jobs outliving the pool's timeout pause the rollout (default),
+        skip the host, or are cancelled or requeued, as the matrix says."""
         todo = [r for r in rows if r.state == "planned"
                 or (r.state == "draining" and not r.ended)]
         if not todo:
             return
+        settings = self._settings(w.pool).drain
         for r in todo:
             if "admin" not in r.detail:  # the state before fleet touched it, recorded once
                 a = self.scheduler.state(r.host)
                 r.detail = {**r.detail, "admin": {"state": a.state, "reason": a.reason,
-                                                  "by_fleet": a.by_fleet}}
+                                                  "by_fleet": a.by_fleet, "owner": a.owner}}
+            if r.detail.get("drain_timed_out"):  # promoted after a drain pause: wait anew
+                r.detail = {k: v for k, v in r.detail.items()
+                            if k not in ("drain_timed_out", "drain_since")}
         self._set(todo, "draining", ended=False)
         self._write(todo, events=[self._step_event(w, "drain", "begin", todo)],
                     label=f"wave{w.index}:drain:begin")
+        live: list[StepRow] = []
         for r in todo:
             a = r.detail["admin"]
             if a["state"] in ("drained", "draining") and not a["by_fleet"]:
-                when = self.now()
-                r.state, r.started_at, r.ended_at = "skipped", when, when
-                r.detail = {**r.detail, "why": f"drained by someone else: {a['reason']}"}
+                self._skip(r, f"drained by someone else: {a['reason']}"
+                              + (f" ({a['owner']})" if a.get("owner") else ""))
                 continue
-            res = self.scheduler.drain(r.host, f"rollout {self.rid} wave {w.index}",
-                                       wait_s=self.opts.drain_wait_s)
-            if res.ok:
-                self._set([r], "drained", ended=True, ours=True)
-                continue
-            now_state = self.scheduler.state(r.host)
-            ours = now_state.by_fleet and now_state.state in ("drained", "draining")
-            self._fail(r, "drain", res.error, unreachable=not res.reachable
-                       or now_state.state == "down", ours=ours)
-        self._write(todo, events=[self._step_event(w, "drain", "end", todo),
+            live.append(r)
+        by_host = {r.host: r for r in live}
+        since = {r.host: datetime.fromisoformat(r.detail["drain_since"])
+                 for r in live if r.detail.get("drain_since")}
+        wait = DrainWait(self.scheduler, settings, f"rollout {self.rid} wave {w.index}",
+                         now=self.now, sleep=self.sleep, since=since,
+                         on_round=lambda views: self._drain_round(w, by_host, views))
+        refused = wait.issue(list(by_host))
+        for r in live:  # the wait's start is on record before the first look
+            r.detail = {**r.detail, "drain_since": wait.since[r.host].isoformat(),
+                        "ours": r.host not in refused}
+        self._write(live, label=f"wave{w.index}:drain:issued")
+        stops: list[Any] = []
+        views = drain_hosts(wait, [h for h in by_host if h not in refused],
+                            on_stop=lambda host, msg, jobs: stops.append(self._ev(
+                                "rollout.drain.stop", msg, host=host, jobs=jobs,
+                                action=settings.on_timeout)))
+        views.update(refused)
+        late: list[DrainView] = []
+        for host, v in views.items():
+            r = by_host[host]
+            r.detail = {k: val for k, val in r.detail.items() if k != "waiting_for"}
+            if v.outcome == "ready":
+                self._set([r], "drained", ended=True, ours=True, drain_waited_s=v.waited_s)
+            elif v.outcome == "taken":
+                self._skip(r, "drained by someone else while fleet waited: "
+                              f"{v.reason}" + (f" ({v.owner})" if v.owner else ""), ours=False)
+            elif v.outcome == "timeout" and settings.on_timeout == "skip":
+                err = self._undrain_one(r)
+                self._skip(r, f"{describe_jobs(v.jobs)} outlived the drain timeout "
+                              f"({settings.timeout_minutes:g} min); host left on its release",
+                           released=True, **({"undrain_error": err} if err else {}))
+            elif v.outcome == "timeout":
+                r.detail = {**r.detail, "drain_timed_out": True,
+                            "waiting_for": {"jobs": list(v.jobs), "waited_s": round(v.waited_s)}}
+                late.append(v)
+            else:
+                now_state = self.scheduler.state(r.host)
+                ours = now_state.by_fleet and now_state.state in ("drained", "draining")
+                self._fail(r, "drain", v.reason or v.outcome,
+                           unreachable=v.outcome == "down" or now_state.state == "down",
+                           ours=ours)
+        if late:
+            why = (f"wave {w.index} ({w.pool}): jobs outlived the drain timeout "
+                   f"({settings.timeout_minutes:g} min"
+                   + (f", then {settings.on_timeout}" if settings.on_timeout != "pause" else "")
+                   + "): " + "; ".join(v.describe() for v in late)
+                   + f"; nothing was rebooted. Paused until `fleet rollout promote {self.rid}` "
+                     "(keep waiting) or `abort`")
+            self._write(todo, events=[*stops, self._ev("rollout.pause", why, wave=w.index,
+                                                       reason="drain timeout",
+                                                       hosts={v.host: list(v.jobs)
+                                                              for v in late})],
+                        wave=(w.id, {"status": "paused"}),
+                        rollout={"status": "paused", **_UNLOCK},
+                        label=f"wave{w.index}:drain:paused")
+            w.status = "paused"
+            raise _Stop("paused", why)
+        self._write(todo, events=[*stops, self._step_event(w, "drain", "end", todo),
                                   *self._host_events(todo)],
                     label=f"wave{w.index}:drain:end")
+
+    def _drain_round(self, w: WaveRow, by_host: dict[str, StepRow],
+                     views: list[DrainView]) -> None:
+        """Who waits for what, on record after every look (the live display and `rollout
+        status` read it; the write also refreshes the lock's heartbeat)."""
+        waiting = [v for v in views if v.outcome == "wait"]
+        if not waiting:
+            return
+        for v in waiting:
+            r = by_host[v.host]
+            r.detail = {**r.detail, "waiting_for": {"jobs": list(v.jobs),
+                                                    "waited_s": round(v.waited_s)}}
+        self._write([by_host[v.host] for v in waiting], label=f"wave{w.index}:drain:wait")
+
+    def _skip(self, r: StepRow, why: str, **detail: Any) -> None:
+        when = self.now()
+        r.state, r.started_at, r.ended_at = "skipped", when, when
+        r.detail = {**r.detail, "why": why, **detail}
 
     def _apply(self, w: WaveRow, rows: list[StepRow]) -> None:
         todo = [r for r in rows if (r.state == "drained" and r.ended)

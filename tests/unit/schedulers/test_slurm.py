@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from fleet.domain.ports import AdminState
-from fleet.schedulers.slurm import SlurmNode, SlurmScheduler, parse_show_node
+from fleet.schedulers.slurm import SlurmNode, SlurmScheduler, parse_show_node, split_reason
 
 from .conftest import DATA, FakeCluster
 
@@ -17,18 +17,19 @@ def test_parse_real_sample_drained_by_slurm() -> None:
     assert [n.name for n in nodes] == ["localhost"]
     n = nodes[0]
     assert n.state == "IDLE+DRAIN"
-    assert n.reason == "Kill task failed [root@2024-08-08T19:12:57]"
+    assert n.reason == "Kill task failed"  # the owner and time scontrol appends are split off
+    assert (n.owner, n.reason_time) == ("root", "2024-08-08T19:12:57")
     assert n.fields["OS"].startswith("Linux 6.5.0-25-generic #25~22.04.1-Ubuntu SMP")
     assert n.fields["Gres"] == "gpu:nvidiah100pcie:6,mps:nvidiah100pcie:600"
     assert n.fields["AllocTRES"] == ""
-    assert n.admin_state() == AdminState("drained", n.reason, by_fleet=False)
+    assert n.admin_state() == AdminState("drained", n.reason, by_fleet=False, owner="root")
 
 
 def test_parse_real_sample_two_nodes() -> None:
     nodes = parse_show_node((DATA / "scontrol_show_node_multi.txt").read_text())
     assert [(n.name, n.state, n.reason) for n in nodes] == [
-        ("gn0101.twcc.ai", "IDLE+DRAIN", "node-switch [root@2018-11-23T12:49:03]"),
-        ("cu201", "IDLE+DRAIN", "Low RealMemory [root@2022-05-18T17:20:20]"),
+        ("gn0101.twcc.ai", "IDLE+DRAIN", "node-switch"),
+        ("cu201", "IDLE+DRAIN", "Low RealMemory"),
     ]
     assert nodes[1].fields["Comment"] == "(null)"
     assert nodes[0].fields["CPUSpecList"] == "0-1"
@@ -147,3 +148,22 @@ def test_runner_seam_gets_argv_lists_and_timeouts() -> None:
     s = SlurmScheduler(runner, timeout_s=7)
     assert s.state("n1") == AdminState("available")
     assert calls == [(["scontrol", "show", "node", "n1"], 7)]
+
+
+@pytest.mark.parametrize(("printed", "expected"), [
+    ("ops: RMA 12 [alice@2026-11-30T10:00:00]", ("ops: RMA 12", "alice", "2026-11-30T10:00:00")),
+    ("fleet: rollout 3 wave 1 : reboot issued [root@2026-11-30T10:00:01]",
+     ("fleet: rollout 3 wave 1 : reboot issued", "root", "2026-11-30T10:00:01")),
+    ("no owner here", ("no owner here", None, None)),
+    ("brackets [inside] text", ("brackets [inside] text", None, None)),
+    (None, (None, None, None)),
+])
+def test_split_reason(printed: str | None, expected: tuple[str | None, ...]) -> None:
+    assert split_reason(printed) == expected
+
+
+def test_drained_flag_with_jobs_left_is_still_draining() -> None:
+    node = SlurmNode("n1", "IDLE+DRAIN", "fleet: x")
+    assert node.admin_state("fleet:", ["4711"]) == AdminState("draining", "fleet: x", True,
+                                                              None, ("4711",))
+    assert node.admin_state("fleet:").state == "drained"
