@@ -62,7 +62,8 @@ def main() -> int:
     ensure_base(paths, BaseRecipe())
     print(f"base rootfs ready (cached or built) in {time.monotonic() - t:.1f} s")
     print(
-        f"{'hosts':>5} {'up s':>6} {'down s':>6} {'PSS MiB':>8} {'PSS/host MiB':>12} {'upper/host KiB':>14}"
+        f"{'hosts':>5} {'up s':>6} {'down s':>6} {'PSS MiB':>8} "
+        f"{'PSS/host MiB':>12} {'upper/host KiB':>14}"
     )
     for n in [int(x) for x in a.sizes.split(",")]:
         ups, downs, pss, upper = [], [], [], []
@@ -90,7 +91,8 @@ def main() -> int:
             assert not left, left
         m = statistics.median
         print(
-            f"{n:5d} {m(ups):6.2f} {m(downs):6.2f} {m(pss):8.1f} {m(pss) / n:12.2f} {m(upper):14.0f}",
+            f"{n:5d} {m(ups):6.2f} {m(downs):6.2f} {m(pss):8.1f} "
+            f"{m(pss) / n:12.2f} {m(upper):14.0f}",
             flush=True,
         )
     return 0

@@ -114,11 +114,14 @@ def test_every_probe_field_reads_through_pynvml(sim) -> None:
         r = dict(
           driver=n.nvmlSystemGetDriverVersion(), cuda=n.nvmlSystemGetCudaDriverVersion_v2(),
           nvml=n.nvmlSystemGetNVMLVersion(), count=n.nvmlDeviceGetCount(),
-          name=n.nvmlDeviceGetName(h), uuid=n.nvmlDeviceGetUUID(h), serial=n.nvmlDeviceGetSerial(h),
-          bus=pci.busId, gen=[n.nvmlDeviceGetCurrPcieLinkGeneration(h), n.nvmlDeviceGetMaxPcieLinkGeneration(h)],
+          name=n.nvmlDeviceGetName(h), uuid=n.nvmlDeviceGetUUID(h),
+          serial=n.nvmlDeviceGetSerial(h), bus=pci.busId,
+          gen=[n.nvmlDeviceGetCurrPcieLinkGeneration(h),
+               n.nvmlDeviceGetMaxPcieLinkGeneration(h)],
           width=[n.nvmlDeviceGetCurrPcieLinkWidth(h), n.nvmlDeviceGetMaxPcieLinkWidth(h)],
           replay=n.nvmlDeviceGetPcieReplayCounter(h),
-          sm=n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM), smmax=n.nvmlDeviceGetMaxClockInfo(h, n.NVML_CLOCK_SM),
+          sm=n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM),
+          smmax=n.nvmlDeviceGetMaxClockInfo(h, n.NVML_CLOCK_SM),
           reasons=n.nvmlDeviceGetCurrentClocksEventReasons(h),
           throttle=n.nvmlDeviceGetCurrentClocksThrottleReasons(h),
           temp=n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU),
@@ -126,15 +129,22 @@ def test_every_probe_field_reads_through_pynvml(sim) -> None:
           power=n.nvmlDeviceGetPowerUsage(h), limit=n.nvmlDeviceGetEnforcedPowerLimit(h),
           mlimit=n.nvmlDeviceGetPowerManagementLimit(h),
           ecc=n.nvmlDeviceGetEccMode(h),
-          sbe=n.nvmlDeviceGetTotalEccErrors(h, n.NVML_MEMORY_ERROR_TYPE_CORRECTED, n.NVML_VOLATILE_ECC),
-          dbe_agg=n.nvmlDeviceGetTotalEccErrors(h, n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, n.NVML_AGGREGATE_ECC),
-          memerr=n.nvmlDeviceGetMemoryErrorCounter(h, n.NVML_MEMORY_ERROR_TYPE_CORRECTED, n.NVML_VOLATILE_ECC, n.NVML_MEMORY_LOCATION_DEVICE_MEMORY),
-          retired=n.nvmlDeviceGetRetiredPages_v2(h, n.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR),
-          retired_v1=n.nvmlDeviceGetRetiredPages(h, n.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS),
+          sbe=n.nvmlDeviceGetTotalEccErrors(
+              h, n.NVML_MEMORY_ERROR_TYPE_CORRECTED, n.NVML_VOLATILE_ECC),
+          dbe_agg=n.nvmlDeviceGetTotalEccErrors(
+              h, n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, n.NVML_AGGREGATE_ECC),
+          memerr=n.nvmlDeviceGetMemoryErrorCounter(
+              h, n.NVML_MEMORY_ERROR_TYPE_CORRECTED, n.NVML_VOLATILE_ECC,
+              n.NVML_MEMORY_LOCATION_DEVICE_MEMORY),
+          retired=n.nvmlDeviceGetRetiredPages_v2(
+              h, n.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR),
+          retired_v1=n.nvmlDeviceGetRetiredPages(
+              h, n.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS),
           retired_pending=n.nvmlDeviceGetRetiredPagesPendingStatus(h),
           remap=[rr[0], rr[1], rr[2], rr[3]], mig=n.nvmlDeviceGetMigMode(h),
           persistence=n.nvmlDeviceGetPersistenceMode(h), mem=[mem.total, mem.used, mem.free],
-          util=[u.gpu, u.memory], arch=n.nvmlDeviceGetArchitecture(h), brand=n.nvmlDeviceGetBrand(h),
+          util=[u.gpu, u.memory], arch=n.nvmlDeviceGetArchitecture(h),
+          brand=n.nvmlDeviceGetBrand(h),
           minor=n.nvmlDeviceGetMinorNumber(h), part=n.nvmlDeviceGetBoardPartNumber(h),
           byuuid=n.nvmlDeviceGetIndex(n.nvmlDeviceGetHandleByUUID(n.nvmlDeviceGetUUID(h))),
         )
