@@ -23,6 +23,16 @@ JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on
 Force = Annotated[bool, typer.Option(
     "--force", help="Pin hosts of a pool that an unfinished rollout covers (recorded).")]
 
+SchedulerOpt = Annotated[str | None, typer.Option(
+    "--scheduler", help="Drain hosts through none, slurm or kubernetes before they change "
+    "(default: the inventory's `scheduler` host data, else none).")]
+NoDrain = Annotated[bool, typer.Option(
+    "--no-drain", help="Change hosts without draining them first: running jobs may die in the "
+    "reboot. Recorded in the event log with the reason.")]
+Serial = Annotated[int, typer.Option(
+    "--serial", min=0, max=100000,
+    help="At most this many hosts drained and changed at a time (0: all at once).")]
+
 _STYLE = {"changed": "green", "unchanged": "dim", "would_change": "cyan", "failed": "red",
           "unreachable": "red", "refused": "yellow"}
 
@@ -40,6 +50,8 @@ def _report(results: list, json_out: bool, extra: dict | None = None) -> None:  
         changes = ", ".join(str(c) for c in r.changes) or "-"
         style = _STYLE.get(r.outcome, "")
         note = r.error or ("reboot" if r.rebooted else "")
+        if r.left_drained:
+            note += " (left drained)"
         t.add_row(r.host, r.pool or "", r.from_release or "?", r.to_release,
                   f"[{style}]{r.outcome}[/]", changes, note)
     console.print(t)
@@ -64,9 +76,18 @@ def apply(
     dry: Annotated[bool, typer.Option("--dry", help="Show what would change; touch nothing.")]
     = False,
     force: Force = False,
+    scheduler: SchedulerOpt = None,
+    no_drain: NoDrain = False,
+    serial: Serial = 10,
+    reason: Annotated[str | None, typer.Option(
+        "--reason", help="Why (recorded; required with --no-drain).")] = None,
     json_out: JsonFlag = False,
 ) -> None:
     """Pin a release onto hosts: exact packages, apt pin or dnf versionlock, held, verified.
+
+    Hosts that change are first drained through the workload manager and waited for until no
+    job runs on them (the pool's `rollout.drain` timeout; a host whose jobs outlive it is left
+    unchanged), at most --serial at a time, and undrained once verified.
 
     Reboots hosts whose kernel module changed, then probes them: a host counts as moved only when
     the driver agrees three ways and no health check fails. A second identical run changes
@@ -78,6 +99,7 @@ def apply(
     from fleet.jobs.apply import pin_hosts
     from fleet.remote.backend import SshBackend
     from fleet.remote.session import patch_gevent
+    from fleet.schedulers import scheduler_for
 
     patch_gevent()
     m = load_matrix(matrix, today=date.today()).matrix
@@ -86,11 +108,16 @@ def apply(
     except KeyError:
         raise BadInput.single(f"no release {release!r} in the matrix", file=str(matrix),
                               field="--release") from None
+    if no_drain and not (reason or "").strip():
+        raise BadInput.single("--no-drain needs --reason (it is recorded)", field="--reason")
     backend = SshBackend(inventory, limit)
-    targets = {h.name: rel for h in backend.hosts()}
+    refs = backend.hosts()
+    targets = {h.name: rel for h in refs}
+    sched = scheduler_for(scheduler, refs)
     with open_history(settings(ctx).db) as history, console.status("applying") as status:
         results = pin_hosts(backend, history, m, targets, now=_now, dry=dry, actor=os_actor(),
-                            force=force,
+                            force=force, reason=reason, scheduler=sched, drain=not no_drain,
+                            serial=serial,
                             on_progress=lambda h, what: status.update(f"{what}: {h}"))
     _report(results, json_out, {"release": release, "dry": dry})
     _exit(results)
@@ -111,12 +138,17 @@ def rollback(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
     = False,
     force: Force = False,
+    scheduler: SchedulerOpt = None,
+    no_drain: NoDrain = False,
+    serial: Serial = 0,
     json_out: JsonFlag = False,
 ) -> None:
     """Put a pool or hosts back on their last known-good release, verified (incident path).
 
-    No benchmark gates on this path. Unreachable hosts are reported and the rest proceed; the
-    command then exits 3. Who ran it and why go into the history.
+    No benchmark gates on this path. Hosts are drained first and waited for until their jobs
+    end (the pool's `rollout.drain` timeout); `--no-drain` skips that, recorded with the reason.
+    Unreachable hosts are reported and the rest proceed; the command then exits 3. Who ran it
+    and why go into the history.
     """
     from fleet.cli.app import settings
     from fleet.domain.matrix.loader import load_matrix
@@ -124,6 +156,7 @@ def rollback(
     from fleet.jobs.apply import pin_hosts, previous_known_good
     from fleet.remote.backend import SshBackend
     from fleet.remote.session import patch_gevent
+    from fleet.schedulers import scheduler_for
 
     if (pool is None) == (not host):
         raise BadInput.single("give --pool or --host (not both)", field="--pool/--host")
@@ -135,6 +168,7 @@ def rollback(
     refs = [r for r in backend.hosts() if pool is None or r.pool == pool]
     if not refs:
         raise BadInput.single(f"no host of pool {pool!r} in the inventory", field="--pool")
+    sched = scheduler_for(scheduler, refs)
     actor = os_actor()
     with open_history(settings(ctx).db) as history:
         targets, sources, missing = {}, {}, []
@@ -166,8 +200,8 @@ def rollback(
                      actor=actor, at=_now())
         with console.status("rolling back") as status:
             results = pin_hosts(backend, history, m, targets, now=_now, kind="rollback",
-                                force=force,
-                                reason=reason, actor=actor,
+                                force=force, reason=reason, actor=actor, scheduler=sched,
+                                drain=not no_drain, serial=serial,
                                 on_progress=lambda h, what: status.update(f"{what}: {h}"))
     _report(results, json_out, {"reason": reason, "actor": actor, "sources": sources})
     _exit(results)

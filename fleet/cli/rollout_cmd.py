@@ -47,8 +47,9 @@ SimSpecOpt = Annotated[Path | None, typer.Option(
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the simulated fleet.")]
 PoolOpt = Annotated[list[str] | None, typer.Option(
     "--pool", "-p", help="Only this pool; repeatable.")]
-SchedulerOpt = Annotated[str, typer.Option(
-    "--scheduler", help="Read administrative states from: none, slurm, kubernetes.")]
+SchedulerOpt = Annotated[str | None, typer.Option(
+    "--scheduler", help="Drain through, and read administrative states from: none, slurm, "
+    "kubernetes (default: the inventory's `scheduler` host data, else none).")]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
 
 _SHOW = 8
@@ -91,13 +92,13 @@ def _from_history(db: str, names: list[str]) -> tuple[
     return releases, quarantined, unreachable
 
 
-def _admin_states(name: str, hosts: list[str]) -> dict[str, AdminState]:
-    if name == "none":
-        return {}
-    from fleet.schedulers import make_scheduler
+def _admin_states(name: str | None, refs: list[HostRef]) -> dict[str, AdminState]:
+    from fleet.schedulers import scheduler_for
 
-    sched = make_scheduler(name)
-    return {h: sched.state(h) for h in hosts}
+    sched = scheduler_for(name, refs)
+    if sched.name == "none":
+        return {}
+    return {r.name: sched.state(r.name) for r in refs}
 
 
 def _short(hosts: list[str]) -> str:
@@ -144,7 +145,7 @@ def plan_cmd(
     sim_spec: SimSpecOpt = None,
     seed: SeedOpt = 0,
     pool: PoolOpt = None,
-    scheduler: SchedulerOpt = "none",
+    scheduler: SchedulerOpt = None,
     json_out: JsonFlag = False,
 ) -> None:
     """Show the waves of a rollout to each pool's golden release; touches nothing.
@@ -173,7 +174,7 @@ def plan_cmd(
         refs = _inventory_hosts(inventory, m)
         names = [r.name for r in refs]
         releases, quarantined, unreachable = _from_history(settings(ctx).db, names)
-        admin = _admin_states(scheduler, names)
+        admin = _admin_states(scheduler, refs)
         meta.update(source="inventory", inventory=str(inventory),
                     releases_known=len(releases))
     else:
@@ -298,10 +299,10 @@ def _wiring(m: Matrix, source: dict[str, Any], *, create: bool = False,
 
         return _Saving(fleet, save), _Saving(sched, save), sim_sleep
     from fleet.remote.backend import SshBackend
-    from fleet.schedulers import make_scheduler
+    from fleet.schedulers import scheduler_for
 
     backend = SshBackend(Path(source["inventory"]))
-    return backend, make_scheduler(source.get("scheduler") or "none"), _time.sleep
+    return backend, scheduler_for(source.get("scheduler"), backend.hosts()), _time.sleep
 
 
 def _wave_table(engine: Any) -> Any:
@@ -397,7 +398,7 @@ def start_cmd(
     pool: PoolOpt = None,
     release: Annotated[str | None, typer.Option(
         "--release", "-r", help="Target release (default: each pool's golden release).")] = None,
-    scheduler: SchedulerOpt = "none",
+    scheduler: SchedulerOpt = None,
     rollback_scope: Annotated[str, typer.Option(
         "--rollback-scope", help="On a failed wave roll back: wave (its hosts) or all (every "
                                  "host moved so far in the pool).")] = "wave",

@@ -19,12 +19,15 @@ from typing import Any, Literal
 from fleet.domain.checks import Finding, Severity, run_checks
 from fleet.domain.checks.expect import release_expectation
 from fleet.domain.checks.models import Expectations
+from fleet.domain.drain import DrainView, describe_jobs
 from fleet.domain.facts import HostFacts
 from fleet.domain.matrix.models import Matrix, OsFamily, Release
+from fleet.domain.matrix.rollout_settings import DrainSettings
 from fleet.domain.matrix.rules import architecture_problems, blocked_components
 from fleet.domain.pinning import Change, release_of
-from fleet.domain.ports import Backend, HostRef
+from fleet.domain.ports import Backend, HostRef, Scheduler
 from fleet.history import History, list_events, record_event
+from fleet.jobs.drain import DrainWait, drain_hosts
 from fleet.jobs.record import record_snapshot
 
 Outcome = Literal["unchanged", "would_change", "changed", "failed", "unreachable", "refused"]
@@ -40,6 +43,8 @@ class HostApply:
     changes: list[Change] = field(default_factory=list)
     reboot_required: bool = False
     rebooted: bool = False
+    drained: bool = False  # drained by fleet for this change (undrained once verified)
+    left_drained: bool = False  # failed after fleet drained it: kept out of service
     error: str | None = None
     seconds: float = 0.0
     findings: list[Finding] = field(default_factory=list)
@@ -51,6 +56,7 @@ class HostApply:
             "changes": [{"component": c.component, "package": c.package, "from": c.before,
                          "to": c.after, "kind": c.kind} for c in self.changes],
             "reboot_required": self.reboot_required, "rebooted": self.rebooted,
+            "drained": self.drained, "left_drained": self.left_drained,
             "error": self.error, "seconds": round(self.seconds, 3),
             "findings": [f.model_dump(mode="json") for f in self.findings
                          if f.severity is not Severity.OK],
@@ -84,17 +90,25 @@ def pin_hosts(
     actor: str | None = None,
     force: bool = False,
     on_progress: Callable[[str, str], None] | None = None,
+    scheduler: Scheduler | None = None,
+    drain: bool = True,
+    serial: int = 0,
+    sleep: Callable[[float], object] = time.sleep,
 ) -> list[HostApply]:
     """Put each host of `targets` on its release; returns one `HostApply` per host.
 
     Hosts of a pool that an unfinished rollout covers are refused, unless `force` (recorded):
     pinning under a running rollout would fight its waves and confuse its resume.
+    With a `scheduler`, hosts that change are drained first and waited for until empty (the
+    pool's `rollout.drain` settings; jobs outliving the timeout leave the host unchanged), at
+    most `serial` hosts at a time (0: all), and undrained once verified; `drain=False` (an
+    incident's `--no-drain`) skips that and is recorded.
     """
     from fleet.history.rollouts import active_rollouts
 
     say = on_progress or (lambda host, what: None)
     refs = {r.name: r for r in backend.hosts()}
-    pools = {refs[n].pool for n in targets if n in refs and refs[n].pool}
+    pools = {p for n in targets if n in refs and (p := refs[n].pool)}
     locked = {p: rid for rid, _, shared in active_rollouts(history, pools) for p in shared}
     if locked and force and not dry:
         record_event(history, f"{kind}.force", ",".join(sorted(locked)),
@@ -108,9 +122,9 @@ def pin_hosts(
         res = results[name]
         if name not in refs:
             res.outcome, res.error = "refused", "not in the inventory"
-        elif refs[name].pool in locked and not force:
+        elif (pool := refs[name].pool) is not None and pool in locked and not force:
             res.outcome = "refused"
-            res.error = (f"pool {refs[name].pool} is under rollout {locked[refs[name].pool]}; "
+            res.error = (f"pool {pool} is under rollout {locked[pool]}; "
                          "finish or abort it, or pass --force")
         elif (why := refusal(matrix, rel, refs[name])) is not None:
             res.outcome, res.error = "refused", why
@@ -136,7 +150,24 @@ def pin_hosts(
     if dry:
         return [results[n] for n in targets]
 
-    for rel_name, names in to_change.items():
+    draining = scheduler is not None and scheduler.name != "none" and drain
+    if scheduler is not None and scheduler.name != "none" and not drain and any(to_change.values()):
+        changing = sorted(n for ns in to_change.values() for n in ns)
+        record_event(history, f"{kind}.no_drain", ",".join(changing),
+                     f"{kind} without draining {len(changing)} host(s) through "
+                     f"{scheduler.name}: running jobs may be killed by the reboot",
+                     {"hosts": changing, "reason": reason}, actor=actor, at=now())
+    batches = [(rel, names[i:i + (serial or len(names))])
+               for rel, names in to_change.items() for i in range(0, len(names),
+                                                                    serial or len(names))]
+    for rel_name, batch in batches:
+        names = batch
+        if draining:
+            assert scheduler is not None
+            say(",".join(names), f"draining through {scheduler.name}")
+            names = _drain_for_change(scheduler, history, matrix, refs, names, results,
+                                      kind=kind, now=now, sleep=sleep, actor=actor,
+                                      say=say)
         release = matrix.release(rel_name)
         started = time.monotonic()
         for name in names:
@@ -169,6 +200,9 @@ def pin_hosts(
             _verify(backend, history, matrix, release, [refs[n] for n in verify], results, now)
         for name in names:
             results[name].seconds = time.monotonic() - started
+        if draining:
+            assert scheduler is not None
+            _undrain_after_change(scheduler, batch, results)
 
     for name in targets:
         res = results[name]
@@ -181,6 +215,76 @@ def pin_hosts(
                      + (f" ({res.error})" if res.error else ""),
                      {**res.as_dict(), "reason": reason}, actor=actor, at=now())
     return [results[n] for n in targets]
+
+
+def _drain_for_change(scheduler: Scheduler, history: History, matrix: Matrix,
+                      refs: Mapping[str, HostRef], names: list[str],
+                      results: dict[str, HostApply], *, kind: str, now: Callable[[], datetime],
+                      sleep: Callable[[float], object], actor: str | None,
+                      say: Callable[[str, str], None]) -> list[str]:
+    """Drain `names` and wait until each is empty (per pool's settings); returns the hosts
+    that may change. A host someone else drained may change once it is empty, and is never
+    undrained; a host whose jobs outlive the timeout is left as it was, and said why."""
+    by_pool: dict[str | None, list[str]] = defaultdict(list)
+    for n in names:
+        by_pool[refs[n].pool].append(n)
+    ready: list[str] = []
+    for pool, hosts in by_pool.items():
+        ps = matrix.pools.get(pool) if pool else None
+        settings = ps.rollout.drain if ps else DrainSettings()
+        if settings.on_timeout == "pause":  # nothing to pause outside a rollout
+            settings = settings.model_copy(update={"on_timeout": "skip"})
+
+        def show(views: list[DrainView]) -> None:
+            waiting = [v.describe() for v in views if v.outcome == "wait"]
+            if waiting:
+                say(",".join(v.host for v in views), "; ".join(waiting))
+
+        wait = DrainWait(scheduler, settings, f"{kind} by {actor or 'fleet'}", now=now,
+                         sleep=sleep, on_round=show)
+
+        action = settings.on_timeout
+
+        def stopped(host: str, msg: str, jobs: list[str], action: str = action) -> None:
+            record_event(history, f"{kind}.drain.stop", host, msg,
+                         {"jobs": jobs, "action": action}, actor=actor, at=now())
+
+        views = drain_hosts(wait, hosts, on_stop=stopped)
+        for h in hosts:
+            v, res = views[h], results[h]
+            if v.outcome == "ready":
+                res.drained = True
+                ready.append(h)
+            elif v.outcome == "taken" and not v.jobs:
+                ready.append(h)  # drained by someone else and empty: change it, leave it drained
+            elif v.outcome == "down":
+                res.outcome, res.error = "unreachable", f"drain: {v.reason or 'down'}"
+            else:
+                res.outcome = "failed"
+                res.error = (f"not changed: {describe_jobs(v.jobs)} still running after "
+                             f"{v.waited_s:.0f} s (drain timeout {settings.timeout_minutes:g} "
+                             "min)" if v.outcome == "timeout"
+                             else f"drain: {v.describe()}")
+                st = scheduler.state(h)
+                if st.by_fleet and st.state in ("drained", "draining"):
+                    scheduler.undrain(h)  # untouched: back into service
+    return ready
+
+
+def _undrain_after_change(scheduler: Scheduler, names: list[str],
+                          results: dict[str, HostApply]) -> None:
+    """Put back into service what fleet drained and verified; a host that failed stays
+    drained (fleet's reason on it) and is reported as such."""
+    for n in names:
+        res = results[n]
+        if not res.drained:
+            continue
+        if res.outcome in ("would_change", "changed", "unchanged"):
+            out = scheduler.undrain(n)
+            if not out.ok:
+                res.error = f"undrain: {out.error}"
+        else:
+            res.left_drained = True
 
 
 def _restore(backend: Backend, matrix: Matrix, res: HostApply) -> str:

@@ -6,9 +6,10 @@ through one command-runner seam (`fleet.schedulers.runner`), so tests swap in fa
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from fleet.domain.ports import Scheduler
+from fleet.domain.ports import HostRef, Scheduler
 from fleet.errors import BadInput
 
 NAMES = ("none", "slurm", "kubernetes", "sim")
@@ -46,4 +47,27 @@ def make_scheduler(name: str, **opts: Any) -> Scheduler:
                           field="scheduler")
 
 
-__all__ = ["NAMES", "make_scheduler"]
+def scheduler_for(name: str | None, refs: Sequence[HostRef], **opts: Any) -> Scheduler:
+    """The scheduler a command uses: `name` when given (`--scheduler`), else the inventory's
+    `scheduler` host data (every host must agree), else none. Slurm takes `slurm_conf` from the
+    host data (the lab's inventory puts it there), so the commands reach that cluster."""
+    data = [r.data for r in refs]
+    said = {str(d.get("scheduler")) for d in data if d.get("scheduler")}
+    if name is None:
+        if len(said) > 1:
+            raise BadInput.single("the inventory's hosts name different schedulers ("
+                                  + ", ".join(sorted(said)) + "); pass --scheduler",
+                                  field="scheduler")
+        name = next(iter(said), "none")
+    key = name.strip().lower()
+    if key == "slurm" and "runner" not in opts and "slurm_conf" not in opts:
+        confs = {str(d["slurm_conf"]) for d in data if d.get("slurm_conf")}
+        if len(confs) > 1:
+            raise BadInput.single("the inventory's hosts name different slurm_conf files",
+                                  field="slurm_conf")
+        if confs:
+            opts["slurm_conf"] = next(iter(confs))
+    return make_scheduler(key, **opts)
+
+
+__all__ = ["NAMES", "make_scheduler", "scheduler_for"]

@@ -13,6 +13,7 @@ from fleet.history.rollouts import (
     WaveRow,
 )
 from fleet.jobs.apply import needs_reboot
+from fleet.jobs.drain import DrainWait
 from fleet.jobs.rollout.core import EngineCore
 from fleet.jobs.rollout.model import _UNLOCK, RolloutResult, _moved, _summary
 
@@ -84,17 +85,26 @@ class Rollbacks(EngineCore):
         for back, group in targets.items():
             release = self.matrix.release(back)
             live = []
+            redrain = []
             for r in group:  # hosts put back in service by an earlier wave: drain them again
-                a = self.scheduler.state(r.host)
-                if a.state == "available":
-                    d = self.scheduler.drain(r.host, f"rollout {self.rid} rollback")
-                    if d.ok:
+                if self.scheduler.state(r.host).state == "available":
+                    redrain.append(r)
+                else:
+                    live.append(r)
+            if redrain:  # and wait for the jobs they took on since, like any drain
+                settings = self._settings(redrain[0].pool).drain
+                wait = DrainWait(self.scheduler, settings, f"rollout {self.rid} rollback",
+                                 now=self.now, sleep=self.sleep)
+                views = wait.wait([r.host for r in redrain], limit_s=settings.timeout_s)
+                for r in redrain:
+                    v = views[r.host]
+                    if v.outcome == "ready":
                         r.detail = {**r.detail, "ours": True, "released": False}
+                        live.append(r)
                     else:
-                        self._fail(r, "rollback", f"drain: {d.error}",
-                                   unreachable=not d.reachable)
-                        continue
-                live.append(r)
+                        r.detail = {**r.detail, "ours": v.outcome in ("timeout", "failed")}
+                        self._fail(r, "rollback", f"drain: {v.describe()}",
+                                   unreachable=v.outcome == "down")
             plans = self.backend.plan([r.host for r in live], release) if live else {}
             change = []
             for r in live:

@@ -62,3 +62,12 @@ class Rig:
             if d.get("host"):
                 named.add(d["host"])
         return [s.host for s in self.steps(rid) if s.state != "planned" and s.host not in named]
+
+
+def with_drain(matrix: Matrix, **drain: Any) -> Matrix:
+    """The matrix with every pool's `rollout.drain` set to `drain`."""
+    pools = {}
+    for name, p in matrix.pools.items():
+        d = p.rollout.drain.model_copy(update=drain)
+        pools[name] = p.model_copy(update={"rollout": p.rollout.model_copy(update={"drain": d})})
+    return matrix.model_copy(update={"pools": pools})

@@ -12,18 +12,9 @@ from typing import Any
 import pytest
 
 from fleet.domain.matrix.models import Matrix
-from tests.unit.rollout.helpers import Crash, Rig
+from tests.unit.rollout.helpers import Crash, Rig, with_drain
 
 CANARY = "h100-canary"
-
-
-def with_drain(matrix: Matrix, **drain: Any) -> Matrix:
-    """The matrix with every pool's `rollout.drain` set to `drain`."""
-    pools = {}
-    for name, p in matrix.pools.items():
-        d = p.rollout.drain.model_copy(update=drain)
-        pools[name] = p.model_copy(update={"rollout": p.rollout.model_copy(update={"drain": d})})
-    return matrix.model_copy(update={"pools": pools})
 
 
 def first_canary(rig: Rig) -> str:

@@ -14,7 +14,7 @@ def test_drain_wait_and_undrain(matrix: Matrix) -> None:
     s.start_job(h, 600)
     r = s.drain(h, "wave 1", wait_s=0)
     assert r.ok and r.changed
-    assert s.state(h) == AdminState("draining", "fleet: wave 1", True)
+    assert s.state(h) == AdminState("draining", "fleet: wave 1", True, jobs=("1",))
     r = s.drain(h, "wave 1", wait_s=60)
     assert not r.ok and "still running" in (r.error or "") and not r.changed
     clock.advance(590)
