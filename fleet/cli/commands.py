@@ -21,7 +21,7 @@ GROUPS: tuple[tuple[str, str], ...] = (
 
 
 # Modules with top-level commands (`fleet probe`); each exposes `register(app)`.
-TOP_LEVEL: tuple[str, ...] = ("probe_cmd", "apply_cmd", "exec_cmd", "demo_cmd")
+TOP_LEVEL: tuple[str, ...] = ("probe_cmd", "apply_cmd", "exec_cmd", "demo_cmd", "node_check_cmd")
 
 # The top-level commands each of those modules registers (keep in step with their `register`):
 # `fleet.cli.app.run` imports only the module of the command it runs (see `wanted`).
@@ -30,6 +30,7 @@ TOP_LEVEL_COMMANDS: dict[str, str] = {
     "apply": "apply_cmd", "rollback": "apply_cmd",
     "exec": "exec_cmd",
     "demo": "demo_cmd",
+    "node-check": "node_check_cmd",
 }
 
 
