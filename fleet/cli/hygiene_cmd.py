@@ -63,6 +63,11 @@ def run(
         "--sim", min=1, help="Run against a simulated fleet of N hosts instead of SSH.")
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the simulated fleet.")] = 0,
+    via: Annotated[str, typer.Option(
+        "--via", help="Probe over ssh, or with one srun on the nodes of --partition (slurm); "
+        "benchmarks stay on SSH.")] = "ssh",
+    partition: Annotated[str | None, typer.Option(
+        "--partition", "-p", help="Slurm partition to probe with --via slurm.")] = None,
     json_out: JsonFlag = False,
 ) -> None:
     """Probe every host, audit drift (fails closed), read error trends, propose (or apply)
@@ -88,7 +93,20 @@ def run(
 
         patch_gevent()
         assert inventory is not None
-        backend = SshBackend(inventory, limit=limit)
+        if via not in ("ssh", "slurm") or (via == "slurm") != (partition is not None):
+            raise BadInput.single("--via is ssh, or slurm with --partition", field="--via")
+        if partition is not None:
+            from fleet.errors import CouldNotComplete
+            from fleet.remote.srun_probe import SlurmInputError, SlurmUnavailable, SrunBackend
+
+            try:
+                backend = SrunBackend(inventory, limit=limit, partition=partition)
+            except SlurmInputError as exc:
+                raise BadInput.single(str(exc), field="--partition") from exc
+            except SlurmUnavailable as exc:
+                raise CouldNotComplete(str(exc)) from exc
+        else:
+            backend = SshBackend(inventory, limit=limit)
         sched = make_scheduler(scheduler)
     now = datetime.now(UTC)
     try:

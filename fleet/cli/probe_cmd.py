@@ -11,7 +11,7 @@ from rich.table import Table
 
 from fleet.cli.output import console, emit_json
 from fleet.domain.checks import Severity
-from fleet.errors import CouldNotComplete, ProblemsFound
+from fleet.errors import BadInput, CouldNotComplete, ProblemsFound
 
 Inventory = Annotated[Path, typer.Option("--inventory", "-i", help="pyinfra inventory file.",
                                          envvar="FLEET_INVENTORY")]
@@ -43,25 +43,44 @@ def probe(
     frameworks: Annotated[bool, typer.Option(
         "--frameworks/--no-frameworks",
         help="Ask torch/onnxruntime on the host which devices they see (slower).")] = True,
+    via: Annotated[str, typer.Option(
+        "--via", help="ssh: from here to every host; slurm: one srun on the nodes of "
+        "--partition (drained, down or busy nodes are reported, not probed).")] = "ssh",
+    partition: Annotated[str | None, typer.Option(
+        "--partition", "-p", help="Slurm partition to probe with --via slurm (its nodes that "
+        "are in the inventory).")] = None,
     json_out: JsonFlag = False,
 ) -> None:
-    """Probe hosts in parallel over SSH and record facts, counters and findings.
+    """Probe hosts in parallel over SSH (or with one srun) and record facts, counters and
+    findings.
 
     The probe is shipped inline and run with the host's python3; nothing is installed. Exit 3
-    when a host is unreachable (the others are still probed and recorded), 1 when a check fails.
+    when a host is unreachable or not probed (the others are still probed and recorded), 1 when
+    a check fails.
     """
     from fleet.cli.app import settings
     from fleet.domain.matrix.loader import load_matrix
     from fleet.history import open_history
     from fleet.jobs.probe import probe_inventory
     from fleet.remote.session import patch_gevent
+    from fleet.remote.srun_probe import SlurmInputError, SlurmUnavailable
 
+    if via not in ("ssh", "slurm"):
+        raise BadInput.single(f"unknown --via {via!r} (expected ssh or slurm)", field="--via")
+    if (via == "slurm") != (partition is not None):
+        raise BadInput.single("--via slurm and --partition go together", field="--partition")
     patch_gevent()
     loaded = load_matrix(matrix, today=date.today()) if matrix else None
     with open_history(settings(ctx).db) as history, console.status("probing hosts"):
-        results = probe_inventory(inventory, limit, history, now=lambda: datetime.now(UTC),
-                                  matrix=loaded.matrix if loaded else None,
-                                  frameworks=frameworks)
+        try:
+            results = probe_inventory(inventory, limit, history, now=lambda: datetime.now(UTC),
+                                      matrix=loaded.matrix if loaded else None,
+                                      frameworks=frameworks, via="slurm" if partition else "ssh",
+                                      partition=partition)
+        except SlurmInputError as exc:
+            raise BadInput.single(str(exc), field="--partition") from exc
+        except SlurmUnavailable as exc:
+            raise CouldNotComplete(str(exc)) from exc
     if json_out:
         emit_json({"hosts": [r.as_dict() for r in results]})
     else:

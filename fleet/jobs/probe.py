@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from fleet.domain.checks import Finding, run_checks
 from fleet.domain.facts import HostFacts
@@ -64,11 +64,25 @@ def probe_inventory(
     matrix: Matrix | None = None,
     frameworks: bool = True,
     connect_timeout: int = 10,
+    via: Literal["ssh", "slurm"] = "ssh",
+    partition: str | None = None,
+    srun_timeout: float = 120.0,
 ) -> list[ProbeResult]:
+    """Probe the inventory's hosts, over SSH or (`via="slurm"`) with one srun on the hosts
+    that are nodes of `partition`; from the facts on, both take the same path."""
     from fleet.domain.checks.expect import expectations_for
     from fleet.remote.backend import SshBackend
 
-    backend = SshBackend(inventory_path, limit, connect_timeout=connect_timeout)
+    backend: SshBackend
+    if via == "slurm":
+        from fleet.remote.srun_probe import SrunBackend
+
+        if partition is None:
+            raise ValueError("probing via slurm needs a partition")
+        backend = SrunBackend(inventory_path, limit, partition=partition,
+                              timeout_s=srun_timeout, connect_timeout=connect_timeout)
+    else:
+        backend = SshBackend(inventory_path, limit, connect_timeout=connect_timeout)
     refs = backend.hosts()
     names = [r.name for r in refs]
     answers = backend.probe(names, since=kernel_cursors(history, names), frameworks=frameworks)
@@ -95,7 +109,10 @@ def probe_inventory(
             r.snapshot = add_snapshot(history, r.host, taken_at=taken, source="none",
                                       reachable=r.reachable, facts={"error": r.error},
                                       pool=r.pool)
+    data: dict[str, Any] = {"hosts": [r.host for r in results]}
+    if via == "slurm":
+        data |= {"via": "slurm", "partition": partition}
     record_event(history, "probe", ",".join(limit or []) or "all",
                  f"probed {len(results)} host(s), {sum(not r.reachable for r in results)} "
-                 "unreachable", {"hosts": [r.host for r in results]})
+                 "unreachable", data)
     return results

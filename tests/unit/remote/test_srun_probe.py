@@ -1,0 +1,291 @@
+"""`fleet probe --via slurm`: the srun command, the parser of its labelled output, the runner.
+
+The parser is fed fixture text (srun's own error lines as Slurm 22.05 prints them) and output
+the real wrapper produced, cut the way slurmstepd cuts long lines. The runner is driven through
+stand-in `sinfo`/`srun` executables that run the command locally once per node, like srun does.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import stat
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fleet.remote.srun_probe import (
+    CHUNK,
+    TAG,
+    SinfoNode,
+    SlurmInputError,
+    parse_sinfo,
+    parse_srun_output,
+    slurm_env,
+    srun_argv,
+    srun_probe,
+)
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+
+# ------------------------------------------------------------------------------------ sinfo
+SINFO = """\
+h100-1|idle|none
+h100-2|drained|ops: RMA 1
+h100-3|mixed|none
+h100-4|idle*|Not responding
+h100-5|draining|fleet: xid: Xid 79
+h100-6|down~|Powered down
+h100-7|mixed@|Reboot ASAP
+h100-8|allocated|none
+h100-1|idle|none
+"""
+
+
+def test_parse_sinfo_states_suffixes_and_reasons() -> None:
+    rows = parse_sinfo(SINFO)
+    assert list(rows) == [f"h100-{i}" for i in range(1, 9)]  # a repeated row counts once
+    assert [n for n, r in rows.items() if r.probeable] == ["h100-1", "h100-3"]
+    assert rows["h100-4"].base == "idle" and rows["h100-4"].suffixes == "*"
+    assert rows["h100-2"].reason == "ops: RMA 1" and rows["h100-1"].reason is None
+    assert rows["h100-2"].why_not() == "not probed: Slurm says drained (ops: RMA 1)"
+    assert SinfoNode("x", "idle~").why_not() == "not probed: Slurm says idle~"
+
+
+# ------------------------------------------------------------------------------------- srun
+def test_srun_argv_one_step_bounded_and_quoted() -> None:
+    argv = srun_argv("h100", ["h100-1", "h100-3"], job_name="fleet-probe-x", timeout_s=90,
+                     since={"h100-1": "journal:s=abc;i=1"}, frameworks=False)
+    head = argv[: argv.index("/usr/bin/env")]
+    assert head == ["srun", "-p", "h100", "-N", "2", "-w", "h100-1,h100-3",
+                    "--ntasks-per-node=1", "-I5", "-l", "-k", "-J", "fleet-probe-x", "-t", "2",
+                    "--chdir=/tmp", "--export=NONE"]
+    env, path, python, dash_c, code, arg = argv[len(head):]
+    assert (env, python, dash_c) == ("/usr/bin/env", "python3", "-c")
+    assert path.startswith("PATH=/usr/local/sbin:")
+    assert len(code) < 100_000 and "\n" in code
+    assert json.loads(base64.b64decode(arg)) == {
+        "frameworks": False, "since": {"h100-1": "journal:s=abc;i=1"}}
+
+
+@pytest.mark.parametrize("bad", [
+    {"partition": "h100; reboot"}, {"nodes": ["a b"]}, {"nodes": []},
+    {"since": {"h100-1": "x'; reboot; '"}}])
+def test_srun_argv_refuses_odd_input(bad: dict[str, Any]) -> None:
+    kw: dict[str, Any] = {"partition": "h100", "nodes": ["h100-1"], "since": None} | bad
+    with pytest.raises(ValueError):
+        srun_argv(kw["partition"], kw["nodes"], job_name="j", timeout_s=10, since=kw["since"])
+
+
+def test_partition_errors_are_bad_input() -> None:
+    with pytest.raises(SlurmInputError):
+        srun_argv("bad name", ["a"], job_name="j", timeout_s=10)
+    with pytest.raises(SlurmInputError):
+        slurm_env({"/a/slurm.conf", "/b/slurm.conf"}, {})
+    assert slurm_env({"/a/slurm.conf"}, {"X": "1"}) == {"X": "1", "SLURM_CONF": "/a/slurm.conf"}
+    assert slurm_env(set(), {"SLURM_CONF": "/etc/s.conf"}) == {"SLURM_CONF": "/etc/s.conf"}
+
+
+# ------------------------------------------------------------------------------ the parser
+def run_wrapper(node: str, since: dict[str, str] | None = None) -> str:
+    """The program srun would run on `node`, run here: its raw stdout."""
+    argv = srun_argv("p", [node], job_name="j", timeout_s=60, since=since)
+    prog = argv[argv.index("/usr/bin/env"):]
+    env = {"SLURMD_NODENAME": node, "PATH": os.environ["PATH"]}
+    out = subprocess.run(prog, env=env, capture_output=True, text=True, timeout=60, check=True)
+    return out.stdout
+
+
+def label(task: int, text: str, piece: int = 1024) -> list[str]:
+    """Lines as `srun -l` prints them, long lines cut into labelled pieces like slurmstepd."""
+    out: list[str] = []
+    for line in text.splitlines():
+        for i in range(0, max(1, len(line)), piece):
+            out.append(f"{task}: {line[i:i + piece]}")
+    return out
+
+
+@pytest.fixture(scope="module")
+def two_nodes() -> dict[str, str]:
+    return {"n1": run_wrapper("n1"), "n2": run_wrapper("n2")}
+
+
+def test_parser_reassembles_interleaved_tasks(two_nodes: dict[str, str]) -> None:
+    a, b = label(0, two_nodes["n1"]), label(1, two_nodes["n2"])
+    mixed = [x for pair in zip(a, b, strict=False) for x in pair] + a[len(b):] + b[len(a):]
+    res = parse_srun_output("\n".join(mixed) + "\n", "")
+    assert res.errors == {} and set(res.docs) == {"n1", "n2"}
+    assert res.tasks == {0: "n1", 1: "n2"}
+    direct = json.loads(subprocess.run(
+        [sys.executable, str(Path(__file__).resolve().parents[3] / "fleet/probe/hostprobe.py"),
+         "--no-frameworks"], capture_output=True, text=True, check=True).stdout)
+    for key in ("source", "gpus", "gpu_count", "schema"):
+        assert res.docs["n1"][key] == direct[key]
+    assert res.docs["n1"]["versions"]["packages"] == direct["versions"]["packages"]
+
+
+def test_wrapper_lines_stay_short(two_nodes: dict[str, str]) -> None:
+    lines = two_nodes["n1"].splitlines()
+    assert lines[0] == f"{TAG} n1 begin" and lines[-1].startswith(f"{TAG} n1 end ")
+    assert max(len(x) for x in lines) <= CHUNK + 40
+
+
+def test_parser_names_what_went_wrong_per_node(two_nodes: dict[str, str]) -> None:
+    good = label(0, two_nodes["n1"])
+    cut = label(1, two_nodes["n2"])[:2]  # begin and one piece, then the task died
+    stdout = "\n".join(good + cut + ["2: FLEET-PROBE n3 begin"]) + "\n"
+    stderr = (
+        "2: Traceback (most recent call last):\n"
+        "2:   File \"hostprobe.py\", line 1, in <module>\n"
+        "2: MemoryError\n"
+        "srun: error: n3: task 2: Exited with exit code 1\n"
+        "srun: error: Task launch for StepId=41.0 failed on node n4: Invalid node name\n"
+        "srun: error: Application launch failed: Invalid node name specified\n"
+    )
+    res = parse_srun_output(stdout, stderr)
+    assert set(res.docs) == {"n1"}
+    assert res.errors["n2"].startswith("output cut short (1 piece(s), no end line)")
+    assert res.errors["n3"].endswith("MemoryError") and "cut short" in res.errors["n3"]
+    assert res.errors["n4"] == "Invalid node name"
+    assert res.general == ["srun: error: Application launch failed: Invalid node name specified"]
+
+
+def test_parser_missing_piece_and_garbage() -> None:
+    enc = base64.b64encode(b"not zlib").decode()
+    stdout = (f"0: {TAG} a begin\n0: {TAG} a 0 {enc}\n0: {TAG} a end 1\n"
+              f"1: {TAG} b begin\n1: {TAG} b 1 xx\n1: {TAG} b end 2\n"
+              "1: something else the node printed\nno label at all\n")
+    res = parse_srun_output(stdout)
+    assert res.docs == {}
+    assert res.errors["a"].startswith("output unreadable")
+    assert res.errors["b"] == "output incomplete (1 of 2 piece(s))"
+
+
+# ---------------------------------------------------------------------- srun_probe (I/O)
+class FakeExec:
+    """Plays sinfo, srun and scancel; records argv."""
+
+    def __init__(self, sinfo: str, srun: tuple[int, str, str, bool] | None = None,
+                 sinfo_rc: int = 0) -> None:
+        self.sinfo, self.srun, self.sinfo_rc = sinfo, srun, sinfo_rc
+        self.calls: list[list[str]] = []
+
+    def __call__(self, argv: list[str], env: Any, timeout: float) -> tuple[int, str, str, bool]:
+        self.calls.append(argv)
+        if argv[0] == "sinfo":
+            return self.sinfo_rc, self.sinfo, "sinfo: error: boom" if self.sinfo_rc else "", False
+        if argv[0] == "scancel":
+            return 0, "", "", False
+        assert self.srun is not None
+        return self.srun
+
+
+def test_not_ready_nodes_are_reported_never_sent_to_srun() -> None:
+    fx = FakeExec(SINFO, (0, "\n".join(label(0, run_wrapper("h100-1"))) + "\n", "", False))
+    nodes = ["h100-1", "h100-2", "h100-4", "h100-9", "h100-3"]
+    rep = srun_probe("h100", nodes, env={}, run=fx, plain=fx)
+    srun = [c for c in fx.calls if c[0] == "srun"]
+    assert len(srun) == 1 and srun[0][srun[0].index("-w") + 1] == "h100-1,h100-3"
+    assert rep.results["h100-1"].ok and rep.results["h100-1"].value is not None
+    assert rep.results["h100-2"].error == "not probed: Slurm says drained (ops: RMA 1)"
+    assert not rep.results["h100-2"].reachable
+    assert "idle*" in (rep.results["h100-4"].error or "")
+    assert rep.results["h100-9"].error == "not in Slurm partition h100"
+    assert rep.results["h100-3"].error == "no answer from srun (exit 0): srun exited 0"
+    assert rep.skipped == {"h100-2": "drained", "h100-4": "idle*"}
+    assert "--export=NONE" in rep.argv_head
+
+
+def test_timeout_reports_every_node_and_cancels_the_job() -> None:
+    fx = FakeExec(SINFO, (124, "0: FLEET-PROBE h100-1 begin\n", "", True))
+    rep = srun_probe("h100", ["h100-1", "h100-3"], env={}, timeout_s=7, run=fx, plain=fx)
+    for n in ("h100-1", "h100-3"):
+        assert (rep.results[n].error or "").startswith("srun timed out after 7 s")
+    assert "cut short" in (rep.results["h100-1"].error or "")
+    job = next(c for c in fx.calls if c[0] == "srun")
+    name = job[job.index("-J") + 1]
+    assert ["scancel", "--name", name] in fx.calls
+
+
+def test_srun_failure_and_sinfo_failure() -> None:
+    fx = FakeExec(SINFO, (1, "", "srun: error: Unable to allocate resources: Requested nodes "
+                                 "are busy\n", False))
+    rep = srun_probe("h100", ["h100-1"], env={}, run=fx, plain=fx)
+    assert "Requested nodes are busy" in (rep.results["h100-1"].error or "")
+    fx = FakeExec("", sinfo_rc=1)
+    rep = srun_probe("h100", ["h100-1"], env={}, run=fx, plain=fx)
+    assert (rep.results["h100-1"].error or "").startswith("sinfo failed (exit 1)")
+    assert not [c for c in fx.calls if c[0] == "srun"]
+
+
+# --------------------------------------------------- the whole path, with stand-in commands
+FAKE_SRUN = r'''
+import os, subprocess, sys
+args = sys.argv[1:]
+nodes = args[args.index("-w") + 1].split(",")
+prog = args[args.index("--export=NONE") + 1:]
+open(os.environ["FAKE_LOG"], "a").write(
+    os.environ.get("SLURM_CONF", "-") + " " + " ".join(args[:args.index("--export=NONE")]) + "\n")
+for task, node in enumerate(nodes):
+    env = {"SLURMD_NODENAME": node, "PATH": os.environ["PATH"]}
+    p = subprocess.run(prog, env=env, capture_output=True, text=True)
+    for line in p.stdout.splitlines():
+        for i in range(0, max(1, len(line)), 1024):
+            print(f"{task}: {line[i:i + 1024]}")
+'''
+
+
+def fake_slurm(tmp_path: Path, sinfo: str) -> dict[str, str]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (tmp_path / "sinfo.txt").write_text(sinfo)
+    for name, body in {
+        "srun": FAKE_SRUN,
+        "sinfo": f"import sys; sys.stdout.write(open({str(tmp_path / 'sinfo.txt')!r}).read())",
+        "scancel": "pass",
+    }.items():
+        p = bin_dir / name
+        p.write_text(f"#!{sys.executable}\n{body}\n")
+        p.chmod(p.stat().st_mode | stat.S_IEXEC)
+    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+            "FAKE_LOG": str(tmp_path / "srun.log")}
+
+
+def test_probe_inventory_via_slurm_records_like_ssh(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from fleet.history import latest_snapshots, list_events, open_history
+    from fleet.jobs.probe import probe_inventory
+
+    for k, v in fake_slurm(tmp_path, "gpu-01|idle|none\ngpu-02|drained|ops: RMA 7\n"
+                                     "gpu-03|idle|none\nother|idle|none\n").items():
+        monkeypatch.setenv(k, v)
+    inv = tmp_path / "inv.py"
+    inv.write_text(
+        "_d = {'slurm_conf': '/lab/slurm.conf'}\n"
+        "h100 = [('gpu-01', _d), ('gpu-02', _d), ('gpu-03', {**_d, 'slurm_node': 'gpu-03'})]\n"
+        "cpu = [('not-in-partition', _d)]\n")
+    with open_history(str(tmp_path / "h.db")) as h:
+        results = probe_inventory(inv, None, h, now=lambda: NOW, frameworks=False,
+                                  via="slurm", partition="h100")
+        by = {r.host: r for r in results}
+        assert set(by) == {"gpu-01", "gpu-02", "gpu-03"}
+        assert by["gpu-01"].facts is not None and by["gpu-03"].facts is not None
+        assert not by["gpu-02"].reachable and "ops: RMA 7" in (by["gpu-02"].error or "")
+        snaps = {host.name: snap for host, snap in latest_snapshots(h)}
+        assert snaps["gpu-01"].reachable and snaps["gpu-01"].source == "none"
+        assert snaps["gpu-02"].reachable is False
+        [event] = list_events(h)
+        assert event.kind == "probe" and (event.data or {}).get("via") == "slurm"
+    [line] = (tmp_path / "srun.log").read_text().splitlines()  # one srun for the partition
+    assert line.startswith("/lab/slurm.conf -p h100 -N 2 -w gpu-01,gpu-03 ")
+
+
+def test_cli_via_slurm_needs_a_partition(fleet_cli: Any, tmp_path: Path) -> None:
+    r = fleet_cli("probe", "-i", str(tmp_path / "none.py"), "--via", "slurm")
+    assert r.returncode == 2 and "--partition" in r.stderr
