@@ -289,3 +289,21 @@ def test_probe_inventory_via_slurm_records_like_ssh(tmp_path: Path,
 def test_cli_via_slurm_needs_a_partition(fleet_cli: Any, tmp_path: Path) -> None:
     r = fleet_cli("probe", "-i", str(tmp_path / "none.py"), "--via", "slurm")
     assert r.returncode == 2 and "--partition" in r.stderr
+
+
+def test_hygiene_run_via_slurm_probes_with_one_srun(fleet_cli: Any, tmp_path: Path) -> None:
+    env = fake_slurm(tmp_path, "gpu-01|idle|none\ngpu-02|down*|Not responding\n")
+    inv = tmp_path / "inv.py"
+    inv.write_text("h100 = [('gpu-01', {}), ('gpu-02', {})]\n")
+    root = Path(__file__).resolve().parents[3]
+    r = fleet_cli("--db", str(tmp_path / "h.db"), "hygiene", "run", "-m",
+                  str(root / "matrices" / "example.yaml"), "-i", str(inv), "--via", "slurm",
+                  "-p", "h100", "--no-benchmark", "--json", env=env)
+    assert r.returncode == 1, r.stderr  # fails closed: gpu-02 was not probed
+    doc = json.loads(r.stdout)
+    assert "gpu-02" in json.dumps(doc) and "Not responding" in json.dumps(doc)
+    [line] = (tmp_path / "srun.log").read_text().splitlines()
+    assert "-w gpu-01 " in line
+    bad = fleet_cli("hygiene", "run", "-m", str(root / "matrices" / "example.yaml"), "-i",
+                    str(inv), "--via", "slurm", env=env)
+    assert bad.returncode == 2
