@@ -56,10 +56,27 @@ def up_cmd(
             "--model-server/--no-model-server", help="Run the HTTP model server on every host."
         ),
     ] = True,
+    slurm: Annotated[
+        bool,
+        typer.Option(
+            "--slurm/--no-slurm",
+            help="A real Slurm (netns only): slurmctld and munged here, a slurmd in every host.",
+        ),
+    ] = False,
+    health_check_interval: Annotated[
+        int,
+        typer.Option(
+            "--health-check-interval",
+            min=1,
+            help="Slurm HealthCheckInterval in seconds (runs `fleet node-check` in each host).",
+        ),
+    ] = 10,
 ) -> None:
     """Build (cached) and start the lab; writes the state read by inventories/lab.py."""
     if mode not in ("netns", "loopback"):
         raise BadInput.single(f"--mode must be netns or loopback, not {mode!r}")
+    if slurm and mode != "netns":
+        raise BadInput.single("--slurm needs --mode netns (one slurmd per host network)")
     if not matrix.is_file():
         raise BadInput.single("no such file", file=str(matrix), field="--matrix")
     cfg = lab.UpConfig(
@@ -69,6 +86,8 @@ def up_cmd(
         mode=mode,  # type: ignore[arg-type]
         perf=parse_perf(perf or []),
         model_server=model_server,
+        slurm=slurm,
+        health_check_interval=health_check_interval,
     )
     paths = LabPaths.from_env()
     with Progress(
@@ -78,7 +97,7 @@ def up_cmd(
         console=console,
         transient=False,
     ) as bar:
-        task = bar.add_task("lab up", total=6)
+        task = bar.add_task("lab up", total=7 if slurm else 6)
 
         def report(msg: str, done: int, total: int) -> None:
             bar.update(task, description=msg, completed=done, total=total)
@@ -89,6 +108,13 @@ def up_cmd(
         f"{state.release or 'none'}; inventory: inventories/lab.py "
         f"(FLEET_LAB_DIR={paths.run})"
     )
+    if state.slurm_conf:
+        parts = ",".join(dict.fromkeys([h.pool for h in state.hosts] + ["lab"]))
+        console.print(
+            f"Slurm: nodes {','.join(h.name for h in state.hosts)}, partitions {parts}; "
+            "for sinfo, squeue, sbatch, srun and scontrol:"
+        )
+        print(f"export SLURM_CONF={state.slurm_conf}")
 
 
 @app.command("down")
@@ -115,7 +141,8 @@ def status_cmd(
         emit_json(st)
         return
     t = Table(title=f"lab ({st['mode']}, {'up' if st['up'] else 'DOWN'})")
-    for col in ("host", "address", "pool", "gpus", "ssh", "module", "pending", "faults"):
+    cols = ["host", "address", "pool", "gpus", "ssh", "module", "pending", "faults"]
+    for col in cols + (["slurm"] if st["slurm_conf"] else []):
         t.add_column(col)
     for h in st["hosts"]:
         t.add_row(
@@ -127,8 +154,11 @@ def status_cmd(
             h["module_loaded"] or "-",
             h["module_pending"] or "-",
             ",".join(h["faults"]) or "-",
+            *([h["slurm_state"] or "?"] if st["slurm_conf"] else []),
         )
     console.print(t)
+    if st["slurm_conf"]:
+        console.print(f"export SLURM_CONF={st['slurm_conf']}", soft_wrap=True)
 
 
 @app.command("inject")

@@ -1,4 +1,4 @@
-"""The base root filesystem: Debian bookworm minbase + sshd + python3 + pynvml, built once.
+"""The base root filesystem: Debian bookworm minbase + sshd + python3 + pynvml + slurmd, built once.
 
 The recipe (suite, package list, mirror, pynvml version, this module's format version) is hashed;
 the tarball and its unpacked copy are cached under that key, so a second `fleet lab up` only
@@ -48,6 +48,10 @@ class BaseRecipe:
         "iproute2",
         "procps",
         "hostname",
+        # the same Debian Slurm as the controller's slurmctld: one slurmd per host (`--slurm`)
+        "slurmd",
+        "slurm-client",
+        "munge",
     )
     pynvml: str = field(default_factory=_pynvml_version)
     format: int = FORMAT

@@ -1,6 +1,7 @@
 """The lab supervisor: one detached process per lab (`python -m fleet.lab.daemon RUN_DIR`).
 
-It serves the apt repository over HTTP and keeps every host booted: when a host's PID 1 exits (the
+It serves the apt repository over HTTP, runs the lab's munged and slurmctld when the lab has
+Slurm (`fleet.lab.slurm`), and keeps every host booted: when a host's PID 1 exits (the
 host ran `reboot`, or `fleet lab reboot` killed it) it prepares the next boot (pending kernel module
 becomes the loaded one, new boot id, kernel log) and starts it again, unless the host carries the
 `reboot-hang` fault (then it stays down until `fleet lab reset`). SIGTERM stops everything.
@@ -20,6 +21,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from fleet.lab import hosts as H
+from fleet.lab import slurm as S
 from fleet.lab.model import REPO_PORT, HostSpec, LabState
 from fleet.lab.paths import LabPaths
 
@@ -37,6 +39,7 @@ class Supervisor:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.lock = threading.Lock()
         self.model_server = os.environ.get("FLEET_LAB_MODEL_SERVER", "1") == "1"
+        self.slurm: list[subprocess.Popen[bytes]] = []
 
     def serve_repo(self) -> ThreadingHTTPServer:
         addr = self.state.repo_url.split("//", 1)[1].split(":", 1)[0]
@@ -54,6 +57,7 @@ class Supervisor:
     def run_host(self, host: HostSpec) -> None:
         log = open(self.paths.logs / f"{host.name}.log", "ab")  # noqa: SIM115
         fast_exits = 0
+        booted = False  # the first boot is the lab's start, later ones are reboots
         while not self.stopping.is_set():
             flags = H.read_flags(self.paths, host.name)
             down = self.paths.host_dir(host.name) / "down"
@@ -62,6 +66,8 @@ class Supervisor:
                 continue
             down.unlink(missing_ok=True)
             H.prepare_boot(self.paths, host, model_server=self.model_server)
+            S.prepare_boot(self.paths, self.state, host, reboot=booted)
+            booted = True
             argv = H.host_argv(self.paths, host, self._uptime())
             with self.lock:
                 if self.stopping.is_set():
@@ -94,9 +100,13 @@ class Supervisor:
         for p in list(self.procs.values()):
             with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(timeout=10)
+        S.stop_controller(self.slurm)
 
     def main(self) -> int:
         srv = self.serve_repo()
+        if self.state.slurm_conf:
+            # before any host boots, so every slurmd registers at its first try
+            self.slurm = S.start_controller(self.paths, Path(self.state.slurm_conf))
         threads = [
             threading.Thread(target=self.run_host, args=(h,), name=h.name, daemon=True)
             for h in self.state.hosts

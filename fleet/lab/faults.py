@@ -1,9 +1,9 @@
 """Faults the lab can inject, as pure data: a spec string -> the effects on a host.
 
-A fault spec is `NAME[:key=value,...]`, for example `ecc-corrected:gpu=0,count=10`, `xid:gpu=2,code=79`,
-`pcie-downtrain:gpu=1,gen=3,width=8`. A bare `key=value` sets a fake-NVML state key directly
-(`gpu0.temp=95`). `effects()` says what changes: NVML state keys (set or incremented), kernel log
-lines, sysfs AER counters, host files and lab flags; `fleet.lab.hosts` applies them.
+A fault spec is `NAME[:key=value,...]`, for example `ecc-corrected:gpu=0,count=10`,
+`xid:gpu=2,code=79`, `pcie-downtrain:gpu=1,gen=3,width=8`. A bare `key=value` sets a fake-NVML state
+key directly (`gpu0.temp=95`). `effects()` says what changes: NVML state keys (set or incremented),
+kernel log lines, sysfs AER counters, host files and lab flags; `fleet.lab.hosts` applies them.
 """
 
 from __future__ import annotations
@@ -323,7 +323,8 @@ def syslog_line(when: datetime, hostname: str, uptime: float, message: str) -> s
     secs = max(0.0, uptime)
     whole = int(secs)
     micro = int(round((secs - whole) * 1e6)) % 1000000
-    return f"{when.strftime('%b')} {when.day:2d} {when.strftime('%H:%M:%S')} {hostname} kernel: [{whole:5d}.{micro:06d}] {message}"
+    stamp = f"{when.strftime('%b')} {when.day:2d} {when.strftime('%H:%M:%S')}"
+    return f"{stamp} {hostname} kernel: [{whole:5d}.{micro:06d}] {message}"
 
 
 def aer_file(counts: dict[str, int], kind: str) -> str:

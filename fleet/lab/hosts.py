@@ -1,8 +1,8 @@
-"""One lab host on disk and in the kernel: overlay, files the GPU stack would create, boot, network.
+"""One lab host on disk and in the kernel: overlay, files the GPU stack would create, boot, net.
 
-The daemon (`fleet.lab.daemon`) calls `prepare_boot` and runs `host_argv` for every boot; `fleet lab`
-commands call `apply_effects` to inject faults. Every write into a running host goes through its
-merged overlay mount with an atomic rename, so the fake NVML (which re-reads on mtime) sees it.
+The daemon (`fleet.lab.daemon`) calls `prepare_boot` and runs `host_argv` for every boot; `fleet
+lab` commands call `apply_effects` to inject faults. Every write into a running host goes through
+its merged overlay mount with an atomic rename, so the fake NVML (which re-reads on mtime) sees it.
 """
 
 from __future__ import annotations
@@ -59,9 +59,11 @@ mount --bind "$root/dev/pts/ptmx" "$root/dev/ptmx"
 mount -t tmpfs -o mode=1777,size=64m tmpfs "$root/dev/shm"
 mount -t tmpfs -o mode=0755,size=16m tmpfs "$root/run"
 mkdir -p "$root/run/sshd"
+# binds and slurmd (fleet.lab.slurm.prepare_boot writes this before each boot)
+if [ -f "$boot/services.sh" ]; then . "$boot/services.sh"; fi
 if [ -f "$boot/model-server" ]; then
-  chroot "$root" /usr/bin/python3 /usr/local/lib/fleet-lab/model_server.py "$(cat "$boot/model-server")" \
-    </dev/null >/dev/null 2>&1 &
+  chroot "$root" /usr/bin/python3 /usr/local/lib/fleet-lab/model_server.py \
+    "$(cat "$boot/model-server")" </dev/null >/dev/null 2>&1 &
 fi
 exec chroot "$root" /usr/sbin/sshd -D -e "$@"
 """
@@ -348,7 +350,8 @@ def prepare_boot(paths: LabPaths, host: HostSpec, model_server: bool = False) ->
     if loaded:
         msgs += [
             "nvidia: loading out-of-tree module taints kernel.",
-            f"NVRM: loading NVIDIA UNIX x86_64 Kernel Module  {module}  Tue Mar  5 22:23:56 UTC 2024",
+            f"NVRM: loading NVIDIA UNIX x86_64 Kernel Module  {module}  "
+            "Tue Mar  5 22:23:56 UTC 2024",
         ]
     kernel_log(paths, host, msgs)
     return info
@@ -373,7 +376,9 @@ def host_argv(paths: LabPaths, host: HostSpec, uptime_now: float) -> list[str]:
         str(paths.host_dir(host.name) / "boot"),
     ]
     if host.netns:
-        return ["ip", "netns", "exec", host.netns, *ns]
+        # nsenter, not `ip netns exec`: that one remounts /sys, and slurmd needs the real
+        # /sys/fs/cgroup (bound into the host by services.sh)
+        return ["nsenter", f"--net=/run/netns/{host.netns}", *ns]
     return [*ns, "-o", f"ListenAddress={host.address}"]
 
 

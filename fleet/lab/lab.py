@@ -21,6 +21,7 @@ from fleet.errors import BadInput, CouldNotComplete
 from fleet.lab import faults as F
 from fleet.lab import hosts as H
 from fleet.lab import nvml_build, repo
+from fleet.lab import slurm as S
 from fleet.lab.base import BaseRecipe, ensure_base
 from fleet.lab.model import BRIDGE, BRIDGE_ADDR, REPO_PORT, LabState, Mode, plan_hosts
 from fleet.lab.paths import LabPaths
@@ -49,6 +50,8 @@ class UpConfig:
     perf: dict[str, repo.Perf] = field(default_factory=dict)
     model_server: bool = True
     timeout: float = 60.0
+    slurm: bool = False  # slurmctld + munged here, one slurmd per host (netns mode only)
+    health_check_interval: int = S.DEFAULT_HEALTH_INTERVAL
 
 
 def load_releases(path: Path) -> tuple[list[Any], str, dict[str, tuple[str | None, bool]]]:
@@ -95,10 +98,21 @@ def up(paths: LabPaths, cfg: UpConfig, progress: Progress = _quiet) -> LabState:
             file=str(cfg.matrix),
             field="--release",
         )
+    if cfg.slurm and cfg.mode != "netns":
+        raise BadInput.single(
+            "--slurm needs --mode netns: each slurmd listens on its host's own address and port "
+            f"{S.SLURMD_PORT}, which loopback hosts would share",
+            field="--slurm",
+        )
+    if cfg.slurm and S.missing_tools():
+        raise BadInput.single(
+            "--slurm needs these Debian packages: " + " ".join(S.missing_tools()),
+            field="--slurm",
+        )
     if cfg.mode == "netns":
         H.check_subnet()
     hosts = plan_hosts(cfg.hosts, cfg.mode, pools)
-    steps = 6
+    steps = 7 if cfg.slurm else 6
     t0 = time.monotonic()
     try:
         progress("base rootfs", 0, steps)
@@ -129,6 +143,8 @@ def up(paths: LabPaths, cfg: UpConfig, progress: Progress = _quiet) -> LabState:
             )
         progress(f"lab layer (release {release})", 2, steps)
         H.write_layer(paths, base, repo_url)
+        conf = S.configure(paths, hosts, cfg.health_check_interval) if cfg.slurm else None
+        S.write_layer(paths, conf)
         _install_release(paths, base, pkgs, release, releases)
         atomic_write(paths.host_init, H.HOST_INIT, 0o755)
         progress(f"network ({cfg.mode})", 3, steps)
@@ -150,6 +166,10 @@ def up(paths: LabPaths, cfg: UpConfig, progress: Progress = _quiet) -> LabState:
             base_key=recipe.key(),
             created=datetime.now(UTC).isoformat(),
             perf={k: {"factor": v.factor, "noise": v.noise} for k, v in cfg.perf.items()},
+            slurm=cfg.slurm,
+            slurm_conf=str(conf) if conf else None,
+            health_check_interval=cfg.health_check_interval if cfg.slurm else None,
+            fleet_binds=[str(d) for d in S.fleet_dirs()] if S.fleet_runs_in_hosts() else [],
         )
         atomic_write(paths.state_file, state.to_json())
         _start_daemon(paths, cfg.model_server)
@@ -159,6 +179,10 @@ def up(paths: LabPaths, cfg: UpConfig, progress: Progress = _quiet) -> LabState:
             cfg.timeout,
             lambda n: progress(f"sshd answering on {n}/{len(hosts)} hosts", 5, steps),
         )
+        if state.slurm:
+            progress("waiting for every Slurm node to be idle", 6, steps)
+            took = S.wait_idle(state, cfg.timeout)
+            progress(f"Slurm: {len(hosts)} nodes idle {took:.1f} s after sshd answered", 6, steps)
     except BaseException:
         down(paths)
         raise
@@ -212,7 +236,7 @@ def _start_daemon(paths: LabPaths, model_server: bool) -> None:
         "FLEET_LAB_MODEL_SERVER": "1" if model_server else "0",
     }
     log = open(paths.logs / "daemon.log", "ab")  # noqa: SIM115
-    subprocess.Popen(
+    proc = subprocess.Popen(
         [sys.executable, "-m", "fleet.lab.daemon", str(paths.run)],
         stdin=subprocess.DEVNULL,
         stdout=log,
@@ -224,8 +248,11 @@ def _start_daemon(paths: LabPaths, model_server: bool) -> None:
     log.close()
     deadline = time.monotonic() + 15
     while not (paths.run / "daemon.ready").exists():
-        if time.monotonic() > deadline:
-            raise CouldNotComplete(f"the lab daemon did not start; see {paths.logs / 'daemon.log'}")
+        if time.monotonic() > deadline or proc.poll() is not None:
+            tail = (paths.logs / "daemon.log").read_text(errors="replace").strip()[-1500:]
+            raise CouldNotComplete(
+                f"the lab daemon did not start; see {paths.logs / 'daemon.log'}:\n{tail}"
+            )
         time.sleep(0.05)
 
 
@@ -262,12 +289,20 @@ def _wait_ssh(state: LabState, timeout: float, report: Callable[[int], None]) ->
 
 # ------------------------------------------------------------------------------------ down
 def _ours(pid: int, run_dir: Path) -> bool:
+    """A process of this lab: its command line or root is in the run dir, or it carries the
+    lab's owner mark (slurmctld's helper renames itself and keeps no path in its cmdline)."""
     try:
         cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
         root = os.readlink(f"/proc/{pid}/root")
     except OSError:
         return False
-    return str(run_dir).encode() in cmd or root.startswith(str(run_dir) + "/")
+    if str(run_dir).encode() in cmd or root.startswith(str(run_dir) + "/"):
+        return True
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return f"{S.OWNER_ENV}={run_dir}".encode() in environ
 
 
 def _lab_processes(run_dir: Path) -> list[int]:
@@ -360,6 +395,7 @@ def installed_packages(root: Path) -> dict[str, str]:
 def status(paths: LabPaths) -> dict[str, Any]:
     state = load_state(paths)
     daemon = _daemon_pid(paths)
+    nodes = S.node_states(state.slurm_conf) if state.slurm_conf and daemon else {}
     hosts = []
     for h in state.hosts:
         info = H.boot_info(paths, h.name)
@@ -381,6 +417,8 @@ def status(paths: LabPaths) -> dict[str, Any]:
                 else None,
                 "packages": installed_packages(root),
                 "faults": sorted(H.read_flags(paths, h.name)),
+                "slurm_state": nodes[h.name][0] if h.name in nodes else None,
+                "slurm_reason": nodes[h.name][1] or None if h.name in nodes else None,
             }
         )
     return {
@@ -392,6 +430,7 @@ def status(paths: LabPaths) -> dict[str, Any]:
         "release": state.release,
         "known_hosts": str(paths.known_hosts),
         "ssh_key": str(paths.client_key),
+        "slurm_conf": state.slurm_conf,
         "hosts": hosts,
     }
 

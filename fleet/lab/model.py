@@ -214,6 +214,10 @@ class LabState:
     created: str
     perf: dict[str, dict[str, float]] = field(default_factory=dict)
     version: int = 1
+    slurm: bool = False  # a real Slurm: slurmctld + munged on the controller, slurmd per host
+    slurm_conf: str | None = None  # SLURM_CONF for every Slurm command (None: no Slurm)
+    health_check_interval: int | None = None
+    fleet_binds: list[str] = field(default_factory=list)  # read-only into every host
 
     def host(self, name: str) -> HostSpec:
         for h in self.hosts:

@@ -71,6 +71,11 @@ class LabPaths:
     def host_init(self) -> Path:
         return self.run / "host-init.sh"
 
+    @property
+    def slurm(self) -> Path:
+        """The lab's Slurm on the controller side: config, munge, slurmctld state (`--slurm`)."""
+        return self.run / "slurm"
+
     def host_dir(self, name: str) -> Path:
         return self.run / "hosts" / name
 

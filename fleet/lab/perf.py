@@ -57,7 +57,8 @@ BENCH_SCRIPT = (
     + _COMMON
     + r"""
 def main():
-    duration = float(sys.argv[sys.argv.index("--duration") + 1]) if "--duration" in sys.argv else 0.3
+    args = sys.argv
+    duration = float(args[args.index("--duration") + 1]) if "--duration" in args else 0.3
     err = nvml_error()
     if err:
         print(json.dumps({"benchmark": "synthetic", "ok": False, "error": err}))
@@ -104,7 +105,8 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         err = nvml_error()
         if err:
-            return self._send(503, {"ok": False, "error": "CUDA driver initialization failed: " + err})
+            why = "CUDA driver initialization failed: " + err
+            return self._send(503, {"ok": False, "error": why})
         cfg = perf_config()
         if self.path.startswith("/health"):
             return self._send(200, {"ok": True, "driver": cfg["driver"], "release": cfg["release"]})
@@ -117,7 +119,8 @@ class Handler(BaseHTTPRequestHandler):
         self._send(404, {"ok": False, "error": "unknown path"})
 
 ThreadingHTTPServer.daemon_threads = True
-ThreadingHTTPServer((sys.argv[1] if len(sys.argv) > 1 else "0.0.0.0", 8000), Handler).serve_forever()
+_addr = sys.argv[1] if len(sys.argv) > 1 else "0.0.0.0"
+ThreadingHTTPServer((_addr, 8000), Handler).serve_forever()
 """
 )
 

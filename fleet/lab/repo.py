@@ -55,7 +55,7 @@ class _Release(Protocol):
 
 @dataclass(frozen=True)
 class Perf:
-    """How fast a release runs in the lab: throughput factor (1.0 = baseline) and noise (rel. sd)."""
+    """How fast a release runs in the lab: throughput factor (1.0 = baseline), noise (rel. sd)."""
 
     factor: float = 1.0
     noise: float = 0.02

@@ -1,4 +1,6 @@
-"""The lab for integration tests: 5 hosts (netns) for the whole session, torn down at the end."""
+"""The lab for integration tests: 5 hosts (netns) with a real Slurm (slurmctld + munged here, a
+slurmd in every host) for the whole session, torn down at the end. Slurm commands need
+`SLURM_CONF=lab_state.slurm_conf` (the `slurm_env` fixture)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import pytest
 from fleet.lab import lab
 from fleet.lab.paths import LabPaths
 from fleet.lab.repo import Perf
+from fleet.lab.slurm import missing_tools as slurm_missing_tools
 from fleet.lab.sysutil import missing_tools
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,7 +28,7 @@ RUN_DIR = Path(os.environ.get("FLEET_LAB_TEST_DIR", "/run/fleet-lab-test"))
 def _skip_reason() -> str | None:
     if os.geteuid() != 0:
         return "the lab needs root (CI runs it as root: bash scripts/test)"
-    missing = missing_tools()
+    missing = missing_tools() + slurm_missing_tools()
     if missing:
         return "the lab needs Debian packages: " + " ".join(missing)
     if shutil.which("ip") and os.system("ip link show fleetbr0 >/dev/null 2>&1") == 0:
@@ -137,6 +140,7 @@ def lab_paths() -> Iterator[LabPaths]:
                 hosts=5,
                 matrix=ROOT / "matrices" / "example.yaml",
                 perf={"r550-cuda12.4": Perf(0.75, 0.01)},
+                slurm=True,
             ),
         )
         yield paths
@@ -148,6 +152,13 @@ def lab_paths() -> Iterator[LabPaths]:
 @pytest.fixture(scope="session")
 def lab_state(lab_paths: LabPaths):
     return lab.load_state(lab_paths)
+
+
+@pytest.fixture(scope="session")
+def slurm_env(lab_state) -> dict[str, str]:
+    """The environment for sinfo, squeue, sbatch, srun and scontrol against the lab's Slurm."""
+    assert lab_state.slurm_conf, "the session lab runs with slurm"
+    return {**os.environ, "SLURM_CONF": lab_state.slurm_conf}
 
 
 @pytest.fixture(scope="session")
