@@ -39,7 +39,7 @@ class DrainView:
                 "someone else", "failed": "drain failed:"}[self.outcome]
         tail = ""
         if self.outcome in ("wait", "timeout"):
-            tail = " " + describe_jobs(self.jobs)
+            tail = " " + describe_jobs(self.jobs) + (f" ({self.reason})" if self.reason else "")
         elif self.outcome in ("taken", "down", "failed"):
             tail = f" {self.reason or 'no reason'}" + (f" ({self.owner})" if self.owner else "")
         return f"{self.host}: {what}{tail} after {self.waited_s:.0f} s"
@@ -69,8 +69,11 @@ def decide(state: AdminState, waited_s: float, settings: DrainSettings) -> Drain
 
 
 def view(host: str, state: AdminState, waited_s: float, settings: DrainSettings) -> DrainView:
-    return DrainView(host, decide(state, waited_s, settings), waited_s, tuple(state.jobs),
-                     state.reason, state.owner)
+    """One look; the reason is kept where it explains the outcome (someone else's drain, a
+    down node), not while fleet's own drain waits."""
+    outcome = decide(state, waited_s, settings)
+    reason = None if outcome in ("ready", "wait", "timeout") else state.reason
+    return DrainView(host, outcome, waited_s, tuple(state.jobs), reason, state.owner)
 
 
 __all__ = ["DrainOutcome", "DrainView", "decide", "describe_jobs", "view"]

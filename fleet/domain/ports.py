@@ -143,5 +143,5 @@ class NodeReboot(Protocol):
     """A scheduler that reboots its nodes itself (`rollout.reboot: slurm`): `scontrol reboot`,
     which runs the cluster's RebootProgram and knows when the node is back."""
 
-    def reboot_node(self, host: str, reason: str, *, timeout_s: float
-                    ) -> HostResult[None]: ...
+    def reboot_nodes(self, hosts: Sequence[str], reason: str, *, timeout_s: float
+                     ) -> dict[str, HostResult[None]]: ...

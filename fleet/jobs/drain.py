@@ -31,6 +31,13 @@ class DrainWait:
     sleep: Callable[[float], object]
     on_round: OnRound | None = None
     since: dict[str, datetime] = field(default_factory=dict)
+    kicked: dict[str, str] = field(default_factory=dict)  # host -> last repeated drain's error
+
+    def __post_init__(self) -> None:
+        # an adapter whose drain takes per-pool options (Kubernetes: pod selector, emptyDir)
+        configure = getattr(self.scheduler, "for_drain", None)
+        if callable(configure):
+            self.scheduler = configure(self.settings)
 
     @property
     def kick_s(self) -> float:
@@ -77,6 +84,8 @@ class DrainWait:
                 if (v.outcome == "wait" and limit_s is not None
                         and (self.now() - started).total_seconds() >= limit_s):
                     v = DrainView(h, "timeout", v.waited_s, v.jobs, v.reason, v.owner)
+                if v.outcome in ("wait", "timeout") and self.kicked.get(h):
+                    v = DrainView(h, v.outcome, v.waited_s, v.jobs, self.kicked[h], v.owner)
                 views.append(v)
             if self.on_round is not None:
                 self.on_round(views)
@@ -87,9 +96,10 @@ class DrainWait:
             if not pending:
                 break
             self.sleep(self.settings.poll_seconds)
-            if self.kick_s > 0:
+            if self.kick_s > 0:  # e.g. kubectl drain: evict again (a budget may block it)
                 for h in pending:
-                    self.scheduler.drain(h, self.reason, wait_s=self.kick_s)
+                    kick = self.scheduler.drain(h, self.reason, wait_s=self.kick_s)
+                    self.kicked[h] = "" if kick.ok else (kick.error or "")
         return final
 
 

@@ -47,6 +47,7 @@ once per poll: each call pushes the evictions along for at most `wait_s` and ret
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import re
@@ -645,6 +646,19 @@ class KubernetesScheduler:
         self.reason_key = prefix + "drain-reason"
         self.prior_key = prefix + "prior-labels"
         self.skip_labels = dict(SKIP_LABELS if skip_labels is None else skip_labels)
+
+    def for_drain(self, drain: Any) -> KubernetesScheduler:
+        """This adapter with a pool's `rollout.drain` settings (a `DrainSettings`): its pod
+        selector, emptyDir and grace period; each repeated `kubectl drain` blocks at most one
+        poll, since the pool's whole wait belongs to the engine."""
+        other = copy.copy(self)
+        other.settings = KubeDrainSettings.build(
+            timeout_s=max(1.0, min(float(drain.poll_seconds), 30.0)),
+            pod_selector=drain.pod_selector, delete_emptydir_data=drain.delete_emptydir_data,
+            ignore_daemonsets=self.settings.ignore_daemonsets,
+            grace_period_s=drain.grace_period_seconds)
+        other.drain_kick_s = other.settings.timeout_s
+        return other
 
     def _kubectl(self, *args: str, timeout: float | None = None) -> tuple[int, str, str]:
         return self.run([self.kubectl, *self.global_args, *args],

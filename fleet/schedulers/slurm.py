@@ -5,7 +5,7 @@
     squeue -h -w NODE -t R,CG -o %i                                 (jobs still on the node)
     scontrol update nodename=NODE state=resume                      (only if the reason is ours)
     scancel JOB... | scontrol requeue JOB...                        (only when the matrix says so)
-    scontrol reboot ASAP reason="fleet: ..." NODE                   (`rollout.reboot: slurm`)
+    scontrol reboot NODE                                            (`rollout.reboot: slurm`)
 
 A drained node keeps running its jobs (DRAINING, `MIXED+DRAIN`) until they end; it is ready only
 when `scontrol` says exactly drained (`IDLE+DRAIN`, no COMPLETING) and `squeue` lists no running
@@ -289,34 +289,51 @@ class SlurmScheduler:
                                            f"{tail(err or out)}")
         return HostResult(host, ids, changed=True)
 
-    def reboot_node(self, host: str, reason: str, *, timeout_s: float) -> HostResult[None]:
-        """`scontrol reboot ASAP` (the cluster's RebootProgram), then wait until the node
-        registers with a new boot time and no reboot flag. The node must be ours and empty."""
-        node = self.show(host)
-        if isinstance(node, str):
-            return HostResult.failed(host, node)
-        if not (node.drain and node.by(self.marker)):
-            return HostResult.failed(host, f"not rebooting {host}: it is {node.state} "
-                                           f"({node.reason or 'no reason'}), not drained by fleet")
-        before = node.boot_time
-        rc, out, err = self.run([self.scontrol, "reboot", "ASAP",
-                                 f"reason={self.marker} {one_line(reason, 180)}", host],
-                                self.timeout_s)
-        if rc != 0:
-            return HostResult.failed(host, f"scontrol reboot failed (exit {rc}): "
-                                           f"{tail(err or out)}")
-        start = self.monotonic()
-        last = ""
-        while self.monotonic() - start < timeout_s:
-            self.sleep(min(self.poll_s, 2.0))
-            now = self.show(host)
-            if isinstance(now, str):
-                last = now
+    def reboot_nodes(self, hosts: Sequence[str], reason: str, *, timeout_s: float
+                     ) -> dict[str, HostResult[None]]:
+        """`scontrol reboot` (the cluster's RebootProgram) on every node, then wait until each
+        registers with a new boot time and no reboot flag. Only nodes fleet drained (and
+        emptied): a plain reboot of a drained node keeps the drain and fleet's reason (with
+        " : reboot issued" appended), so the node stays out of service until fleet has verified
+        it. Never `ASAP` here: its default next state is RESUME, which would put the node back
+        in service before verification (and clears anyone's drain)."""
+        out: dict[str, HostResult[None]] = {}
+        before: dict[str, str | None] = {}
+        for host in hosts:
+            node = self.show(host)
+            if isinstance(node, str):
+                out[host] = HostResult.failed(host, node)
                 continue
-            last = f"{now.state} (BootTime {now.boot_time})"
-            if now.boot_time != before and not now.rebooting and not now.down:
-                return HostResult(host, None, changed=True,
-                                  seconds=self.monotonic() - start)
-        return HostResult(host, None, ok=False, reachable=False,
-                          seconds=self.monotonic() - start,
-                          error=f"not back from `scontrol reboot` within {timeout_s:g} s: {last}")
+            if not (node.drain and node.by(self.marker)):
+                out[host] = HostResult.failed(
+                    host, f"not rebooting {host}: it is {node.state} "
+                          f"({node.reason or 'no reason'}), not drained by fleet")
+                continue
+            rc, o, e = self.run([self.scontrol, "reboot", host], self.timeout_s)
+            if rc != 0:
+                out[host] = HostResult.failed(host, f"scontrol reboot failed (exit {rc}): "
+                                                    f"{tail(e or o)}")
+                continue
+            before[host] = node.boot_time
+        start = self.monotonic()
+        last: dict[str, str] = {}
+        while before:
+            self.sleep(min(self.poll_s, 2.0))
+            for host in list(before):
+                now = self.show(host)
+                if isinstance(now, str):
+                    last[host] = now
+                    continue
+                last[host] = f"{now.state} (BootTime {now.boot_time})"
+                if now.boot_time != before[host] and not now.rebooting and not now.down:
+                    out[host] = HostResult(host, None, changed=True,
+                                           seconds=self.monotonic() - start)
+                    del before[host]
+            if before and self.monotonic() - start >= timeout_s:
+                for host in before:
+                    out[host] = HostResult(host, None, ok=False, reachable=False,
+                                           seconds=self.monotonic() - start,
+                                           error=f"not back from `scontrol reboot` within "
+                                                 f"{timeout_s:g} s: {last.get(host, '?')}")
+                break
+        return out

@@ -122,6 +122,23 @@ class SimScheduler:
             return HostResult(host, None, changed=changed, seconds=left)
         return HostResult(host, None, changed=changed)
 
+    def reboot_nodes(self, hosts: Sequence[str], reason: str, *, timeout_s: float
+                     ) -> dict[str, HostResult[None]]:
+        """`scontrol reboot` in the simulation: only nodes fleet drained; the fleet reboots
+        them (a hung reboot stays hung)."""
+        out: dict[str, HostResult[None]] = {}
+        mine = []
+        for h in hosts:
+            self.calls.append(("reboot", h))
+            node = self._node(h)
+            if not (node.drained and (node.reason or "").startswith(self.marker)):
+                out[h] = HostResult.failed(h, f"not rebooting {h}: not drained by fleet")
+            else:
+                mine.append(h)
+        if mine and self.fleet is not None:
+            out.update(self.fleet.reboot(mine))
+        return out
+
     def undrain(self, host: str) -> HostResult[None]:
         self.calls.append(("undrain", host))
         node = self._node(host)

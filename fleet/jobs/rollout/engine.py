@@ -9,7 +9,8 @@ from fleet.domain.gates import (
     count_states,
 )
 from fleet.domain.plan import plan_rollout
-from fleet.errors import CouldNotComplete, ProblemsFound
+from fleet.domain.ports import NodeReboot
+from fleet.errors import BadInput, CouldNotComplete, ProblemsFound
 from fleet.history import list_quarantines
 from fleet.history.rollouts import (
     EventRow,
@@ -60,6 +61,12 @@ class RolloutEngine(WaveSteps, BenchGate, Rollbacks):
                             pools=set(pools) if pools else None,
                             targets=targets)
         moving = [p for p in plan.pools if p.waves]
+        slurm_reboot = [p.pool for p in moving if self._settings(p.pool).reboot == "slurm"]
+        if slurm_reboot and not isinstance(self.scheduler, NodeReboot):
+            raise BadInput.single(f"pool(s) {', '.join(slurm_reboot)} reboot through Slurm "
+                                  f"(rollout.reboot: slurm) but the scheduler is "
+                                  f"{self.scheduler.name}; pass --scheduler slurm",
+                                  field="rollout.reboot")
         for p in moving:
             try:
                 rel = self.matrix.release(p.release)

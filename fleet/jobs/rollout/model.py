@@ -52,6 +52,7 @@ class RolloutOptions:
     probe_batch: int = 1000
     record_snapshots: bool = True
     heartbeat_s: float = 60.0  # longest sleep between heartbeats while baking
+    reboot_timeout_s: float = 900.0  # a node rebooted through the scheduler must be back
 
     def as_dict(self) -> dict[str, Any]:
         return {"rollback_scope": self.rollback_scope, "stale_after_s": self.stale_after_s,

@@ -12,6 +12,7 @@ from fleet.domain.gates import (
 )
 from fleet.domain.matrix.models import RolloutSettings
 from fleet.domain.pinning import release_of
+from fleet.domain.ports import HostResult, NodeReboot
 from fleet.history.rollouts import (
     StepRow,
     WaveRow,
@@ -127,6 +128,17 @@ class WaveSteps(EngineCore):
                                                     "waited_s": round(v.waited_s)}}
         self._write([by_host[v.host] for v in waiting], label=f"wave{w.index}:drain:wait")
 
+    def _reboot_hosts(self, w: WaveRow, hosts: list[str]) -> dict[str, Any]:
+        """Over SSH, or through the workload manager when the pool says `reboot: slurm`
+        (its RebootProgram, and it knows when the node is back)."""
+        if self._settings(w.pool).reboot != "slurm":
+            return self.backend.reboot(hosts)
+        if not isinstance(self.scheduler, NodeReboot):
+            return {h: HostResult.failed(h, f"rollout.reboot is slurm but the scheduler is "
+                                            f"{self.scheduler.name}") for h in hosts}
+        return self.scheduler.reboot_nodes(hosts, f"rollout {self.rid} wave {w.index}",
+                                           timeout_s=self.opts.reboot_timeout_s)
+
     def _skip(self, r: StepRow, why: str, **detail: Any) -> None:
         when = self.now()
         r.state, r.started_at, r.ended_at = "skipped", when, when
@@ -183,7 +195,7 @@ class WaveSteps(EngineCore):
         self._set(todo, "rebooting", ended=False)
         self._write(todo, events=[self._step_event(w, "reboot", "begin", todo)],
                     label=f"wave{w.index}:reboot:begin")
-        out = self.backend.reboot([r.host for r in todo])
+        out = self._reboot_hosts(w, [r.host for r in todo])
         for r in todo:
             res = out[r.host]
             if res.ok:

@@ -173,3 +173,18 @@ def test_an_admin_drain_during_the_wait_is_left_alone(matrix: Matrix, tmp_path: 
     assert (st.state in ("drained", "draining"), st.by_fleet, st.reason) == (
         True, False, "ops: RMA 123")
     assert ("undrain", host) not in sched.calls
+
+
+def test_reboot_through_the_scheduler_when_the_pool_says_so(matrix: Matrix,
+                                                            tmp_path: Path) -> None:
+    pools = {}
+    for name, p in matrix.pools.items():
+        pools[name] = p.model_copy(update={"rollout": p.rollout.model_copy(
+            update={"reboot": "slurm"})})
+    rig = Rig(matrix.model_copy(update={"pools": pools}), tmp_path, pools={CANARY: 3})
+    res = rig.start()
+    assert res.status == "completed", res.reason
+    sched = rig.fleet.scheduler()
+    rebooted = {h for verb, h in sched.calls if verb == "reboot"}
+    assert rebooted == {h.name for h in rig.fleet.hosts()}
+    assert rig.problems(res.rollout_id) == []
