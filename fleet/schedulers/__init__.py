@@ -18,8 +18,15 @@ NAMES = ("none", "slurm", "kubernetes", "sim")
 def make_scheduler(name: str, **opts: Any) -> Scheduler:
     """A scheduler adapter by name; `opts` go to its constructor.
 
-    none: marker. slurm: runner, marker, scontrol, squeue, timeout_s, poll_s, sleep, monotonic.
-    kubernetes (or k8s): runner, kubectl, context, kubeconfig, prefix, timeout_s, skip_labels.
+    none: marker.
+    slurm: runner, marker, scontrol, squeue, scancel, timeout_s, poll_s, sleep, monotonic,
+    slurm_conf.
+    kubernetes (or k8s): runner, kubectl, context and kubeconfig (passed to every kubectl call),
+    prefix, skip_labels; timeout_s, the drain timeout (the most one `kubectl drain` may block,
+    1 s to 7 days), and command_timeout_s, the limit of every other kubectl call; the
+    `kubectl drain` options pod_selector (a label selector, parsed as kubectl parses it),
+    delete_emptydir_data, ignore_daemonsets and grace_period_s (1 to 86400; 0 is refused).
+    disable_eviction=True is refused: fleet always evicts, so PodDisruptionBudgets hold.
     sim: fleet (a SimFleet: its own scheduler), or clock and drained for a standalone one.
     """
     key = name.strip().lower()

@@ -13,16 +13,10 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, field_validator
 
+from fleet.domain.kube_selector import parse_selector
 from fleet.domain.matrix.base import Model as _Model
 
 _PERCENT_RE = re.compile(r"^([0-9]{1,3})%$")
-# A Kubernetes label selector: comma-separated `key`, `!key`, `key=v`, `key!=v`, `key in (a,b)`;
-# checked here so nothing else ever reaches kubectl's argv.
-_SELECTOR_TERM = r"!?[A-Za-z0-9][A-Za-z0-9_./-]{0,252}(\s*(==?|!=)\s*[A-Za-z0-9_.-]{0,63})?"
-_SELECTOR_SET = r"[A-Za-z0-9][A-Za-z0-9_./-]{0,252}\s+(in|notin)\s+\([A-Za-z0-9_., -]*\)"
-_SELECTOR_RE = re.compile(rf"^\s*({_SELECTOR_TERM}|{_SELECTOR_SET})"
-                          rf"(\s*,\s*({_SELECTOR_TERM}|{_SELECTOR_SET}))*\s*$")
-
 
 _COMMAND_RE = re.compile(r"^[A-Za-z0-9_./:=,+@%-]+( [A-Za-z0-9_./:=,+@%-]+)*$")
 _ENDPOINT_RE = re.compile(r"^https?://[A-Za-z0-9.-]+(:\d{1,5})?(/[A-Za-z0-9_./%-]*)?$")
@@ -81,7 +75,10 @@ class DrainSettings(_Model):
                                      description="Kubernetes: only pods matching it are evicted.")
     delete_emptydir_data: bool = Field(
         default=False, description="Kubernetes: evict pods with emptyDir volumes (data lost).")
-    grace_period_seconds: int | None = Field(default=None, ge=0, le=86400)
+    grace_period_seconds: int | None = Field(
+        default=None, ge=1, le=86400,
+        description="Kubernetes: seconds each evicted pod gets to shut down (default: its own); "
+                    "0, which deletes pods at once, is refused.")
 
     @field_validator("timeout_minutes", "poll_seconds")
     @classmethod
@@ -93,9 +90,13 @@ class DrainSettings(_Model):
     @field_validator("pod_selector")
     @classmethod
     def _selector(cls, value: str | None) -> str | None:
-        if value is not None and not _SELECTOR_RE.fullmatch(value):
-            raise ValueError(f"{value!r} is not a Kubernetes label selector "
-                             "(e.g. 'app=trainer,tier!=system')")
+        """Parsed as kubectl parses `--pod-selector`, so what passes here passes there."""
+        if value is not None:
+            try:
+                parse_selector(value)
+            except ValueError as exc:
+                raise ValueError(f"{value!r} is not a Kubernetes label selector: {exc} "
+                                 "(e.g. 'app=trainer,tier!=system')") from None
         return value
 
     @property
