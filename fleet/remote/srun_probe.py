@@ -51,7 +51,9 @@ from fleet.remote.backend import SshBackend
 
 PROBE_SOURCE = Path(__file__).resolve().parent.parent / "probe" / "hostprobe.py"
 TAG = "FLEET-PROBE"
-CHUNK = 800  # characters of base64 per line: well below slurmstepd's line pieces (1 KiB)
+# A line of output is at most CHUNK characters plus the tag and the node name's length cut back
+# out of it: slurmstepd cuts lines into 1024-byte labelled pieces (seen on Slurm 22.05).
+CHUNK = 960
 NODE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _CURSOR_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789=;:-_.+/,")
 _NODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
@@ -78,7 +80,8 @@ exec(compile(zlib.decompress(base64.b64decode('{payload}')),'hostprobe.py','exec
 b=io.StringIO()
 with contextlib.redirect_stdout(b):g['main'](v)
 d=base64.b64encode(zlib.compress(b.getvalue().encode(),6)).decode()
-p=[d[i:i+{chunk}] for i in range(0,len(d),{chunk})]
+k=max(256,{chunk}-len(n))
+p=[d[i:i+k] for i in range(0,len(d),k)]
 for i,x in enumerate(p):w('{tag} %s %d %s\\n'%(n,i,x))
 w('{tag} %s end %d\\n'%(n,len(p)));sys.stdout.flush()
 """

@@ -133,7 +133,10 @@ def test_parser_reassembles_interleaved_tasks(two_nodes: dict[str, str]) -> None
 def test_wrapper_lines_stay_short(two_nodes: dict[str, str]) -> None:
     lines = two_nodes["n1"].splitlines()
     assert lines[0] == f"{TAG} n1 begin" and lines[-1].startswith(f"{TAG} n1 end ")
-    assert max(len(x) for x in lines) <= CHUNK + 40
+    assert max(len(x) for x in lines) < 1024 - len("99999: ")  # never cut by slurmstepd
+    long = "n" * 200
+    assert max(len(x) for x in run_wrapper(long).splitlines()) < 1024 - len("99999: ")
+    assert CHUNK < 1024
 
 
 def test_parser_names_what_went_wrong_per_node(two_nodes: dict[str, str]) -> None:
@@ -307,3 +310,20 @@ def test_hygiene_run_via_slurm_probes_with_one_srun(fleet_cli: Any, tmp_path: Pa
     bad = fleet_cli("hygiene", "run", "-m", str(root / "matrices" / "example.yaml"), "-i",
                     str(inv), "--via", "slurm", env=env)
     assert bad.returncode == 2
+
+
+def test_parser_on_real_srun_output() -> None:
+    """`srun -l` output captured on the lab's Slurm 22.05 (3 nodes, partition lab), as printed:
+    tests/data/srun/lab-3-nodes.stdout (the wrapper's lines were 800 characters then)."""
+    text = (Path(__file__).resolve().parents[2] / "data" / "srun"
+            / "lab-3-nodes.stdout").read_text()
+    res = parse_srun_output(text, "")
+    assert res.errors == {} and res.general == []
+    assert sorted(res.docs) == ["h1", "h2", "h3"]
+    assert sorted(res.tasks.values()) == ["h1", "h2", "h3"]
+    for name, doc in res.docs.items():
+        from fleet.domain.facts import HostFacts
+
+        f = HostFacts.model_validate(doc)
+        assert f.source == "nvml" and len(f.gpus) == 8, name
+        assert f.identity is not None and f.identity.hostname == f"lab-{name}"
