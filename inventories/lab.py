@@ -6,7 +6,8 @@
 Groups: each host's matrix pool (by GPU model: h100-canary, h100, a100 and l40s with the example
 matrix), the rehearsal waves canary, wave1, wave2, ..., and lab (all hosts). Host data: ssh
 settings with strict host-key checking against the lab's known_hosts, gpu_model, gpu_count, unit
-(rack / NVLink domain), pool, wave.
+(rack / NVLink domain), pool, wave; and, when the lab runs Slurm (`fleet lab up --slurm`),
+scheduler "slurm" and slurm_conf (the SLURM_CONF path; Slurm node name = inventory host name).
 The lab's run directory is $FLEET_LAB_DIR (default /run/fleet-lab).
 """
 
@@ -20,6 +21,7 @@ if not _STATE.exists():
     raise RuntimeError(f"no lab is up ({_STATE} missing): run `fleet lab up` first")
 _lab = json.loads(_STATE.read_text())
 
+_slurm = {"scheduler": "slurm", "slurm_conf": _lab["slurm_conf"]} if _lab.get("slurm_conf") else {}
 _groups: dict[str, list] = {}
 lab = []
 for _h in _lab["hosts"]:
@@ -38,6 +40,7 @@ for _h in _lab["hosts"]:
             "gpu_model": _h["gpu_model"],
             "gpu_count": _h["gpu_count"],
             "unit": _h["unit"],
+            **_slurm,
         },
     )
     lab.append(_entry)

@@ -111,6 +111,8 @@ def up(paths: LabPaths, cfg: UpConfig, progress: Progress = _quiet) -> LabState:
         )
     if cfg.mode == "netns":
         H.check_subnet()
+    if cfg.slurm:
+        S.check_port()
     hosts = plan_hosts(cfg.hosts, cfg.mode, pools)
     steps = 7 if cfg.slurm else 6
     t0 = time.monotonic()
@@ -181,8 +183,14 @@ def up(paths: LabPaths, cfg: UpConfig, progress: Progress = _quiet) -> LabState:
         )
         if state.slurm:
             progress("waiting for every Slurm node to be idle", 6, steps)
-            took = S.wait_idle(state, cfg.timeout)
-            progress(f"Slurm: {len(hosts)} nodes idle {took:.1f} s after sshd answered", 6, steps)
+            state.slurm_ready_s = round(S.wait_idle(paths, state, cfg.timeout), 2)
+            atomic_write(paths.state_file, state.to_json())
+            progress(
+                f"Slurm: {len(hosts)} nodes idle {state.slurm_ready_s:.1f} s after the daemons "
+                "started",
+                6,
+                steps,
+            )
     except BaseException:
         down(paths)
         raise
@@ -431,6 +439,7 @@ def status(paths: LabPaths) -> dict[str, Any]:
         "known_hosts": str(paths.known_hosts),
         "ssh_key": str(paths.client_key),
         "slurm_conf": state.slurm_conf,
+        "slurm_ready_s": state.slurm_ready_s,
         "hosts": hosts,
     }
 

@@ -217,6 +217,7 @@ class LabState:
     slurm: bool = False  # a real Slurm: slurmctld + munged on the controller, slurmd per host
     slurm_conf: str | None = None  # SLURM_CONF for every Slurm command (None: no Slurm)
     health_check_interval: int | None = None
+    slurm_ready_s: float | None = None  # slurmctld started -> every node idle, measured at up
     fleet_binds: list[str] = field(default_factory=list)  # read-only into every host
 
     def host(self, name: str) -> HostSpec:

@@ -232,9 +232,24 @@ HEALTHCHECK_SCRIPT = """#!/bin/sh
 # fleet lab: Slurm's HealthCheckProgram (runs inside this host, as root, every HealthCheckInterval).
 # Runs `fleet node-check` when fleet runs here; otherwise (or before that command exists) exit 0.
 # Slurm only logs a failing exit status: a check that wants a drain must ask scontrol itself.
-command -v fleet >/dev/null 2>&1 || exit 0
+#
+# slurmd runs this once at its start, before it registers. The first run for a slurmd lasts at
+# least 1.1 s: slurmctld counts a node's boot in whole seconds (now - uptime, uptime counted from
+# slurmd's start with -b), and a registration less than a second after the start could place the
+# boot in the very second of a later `scontrol reboot`, which then never completes (trap 8).
+first=/run/fleet-lab-healthcheck.slurmd-$PPID
+if [ ! -e "$first" ]; then
+  : > "$first"
+  sleep 1.1 &
+  pause=$!
+fi
+if ! command -v fleet >/dev/null 2>&1; then
+  [ -z "${pause:-}" ] || wait "$pause"
+  exit 0
+fi
 out=$(fleet node-check 2>&1)
 rc=$?
+[ -z "${pause:-}" ] || wait "$pause"
 case "$out" in
   *"No such command"*) exit 0 ;;
 esac
@@ -351,6 +366,19 @@ def configure(paths: LabPaths, hosts: Sequence[HostSpec], health_interval: int) 
     return sp.conf
 
 
+def check_port() -> None:
+    """Refuse to start when something (a Slurm of the machine, another lab) holds 6917."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("0.0.0.0", CTLD_PORT))
+        except OSError as exc:
+            raise CouldNotComplete(
+                f"port {CTLD_PORT} (the lab's SlurmctldPort) is in use ({exc.strerror}): "
+                "is another lab with --slurm up?"
+            ) from None
+
+
 def missing_tools() -> list[str]:
     need = {"slurmctld": "slurmctld", "munged": "munge", "sinfo": "slurm-client"}
     return sorted({pkg for tool, pkg in need.items() if shutil.which(tool) is None})
@@ -404,8 +432,10 @@ def _spawn(
 def start_controller(
     paths: LabPaths, conf: Path, timeout: float = 15
 ) -> list[subprocess.Popen[bytes]]:
-    """munged, then slurmctld; returns once slurmctld accepts connections."""
+    """munged, then slurmctld; returns once slurmctld accepts connections. Writes the start
+    time to `RUN/slurm/started` (for the daemons-started-to-nodes-idle figure)."""
     sp = SlurmPaths.of(paths)
+    atomic_write(sp.root / "started", f"{time.time():.3f}\n")
     munged = [
         "munged",
         "-F",
@@ -438,9 +468,12 @@ def _check_alive(
     dead = [p for p in procs if p.poll() is not None]
     if dead or time.monotonic() > deadline:
         stop_controller(procs)
+        try:
+            tail = (paths.logs / f"{what}.out").read_text(errors="replace").strip()[-1000:]
+        except OSError:
+            tail = ""
         raise CouldNotComplete(
-            f"{what} did not start ({'exited' if dead else 'timed out'}); see "
-            f"{paths.logs}/{what}.out and {SlurmPaths.of(paths).root}"
+            f"{what} did not start ({'exited' if dead else 'timed out'}): {tail or 'no output'}"
         )
 
 
@@ -476,8 +509,8 @@ def node_states(conf: Path | str, timeout: float = 5) -> dict[str, tuple[str, st
     return out
 
 
-def wait_idle(state: LabState, timeout: float = 60) -> float:
-    """Wait until every node is idle in sinfo; returns the seconds it took."""
+def wait_idle(paths: LabPaths, state: LabState, timeout: float = 60) -> float:
+    """Wait until every node is idle in sinfo; returns the seconds since the daemons started."""
     assert state.slurm_conf
     t0 = time.monotonic()
     names = {h.name for h in state.hosts}
@@ -485,7 +518,8 @@ def wait_idle(state: LabState, timeout: float = 60) -> float:
     while time.monotonic() - t0 < timeout:
         states = node_states(state.slurm_conf)
         if names <= states.keys() and all(states[n][0] == "idle" for n in names):
-            return time.monotonic() - t0
+            started = float((SlurmPaths.of(paths).root / "started").read_text())
+            return time.time() - started
         time.sleep(0.1)
     raise CouldNotComplete(
         f"Slurm nodes not idle within {timeout:.0f} s: "

@@ -4,9 +4,11 @@ slurmd in every host) for the whole session, torn down at the end. Slurm command
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import socket
 import textwrap
 import time
 from collections.abc import Iterator
@@ -147,6 +149,10 @@ def lab_paths() -> Iterator[LabPaths]:
     finally:
         left = lab.down(paths)
         assert not left, f"teardown left {left}"
+        assert not paths.run.exists()
+        # nothing of the lab's Slurm either: slurmctld's port is free again
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", 6917), 0.5):
+            raise AssertionError("something still listens on the lab's SlurmctldPort 6917")
 
 
 @pytest.fixture(scope="session")

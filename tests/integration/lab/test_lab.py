@@ -159,7 +159,8 @@ FAULT_CASES = {
     "thermal:gpu=0": lambda h: (
         _nv(
             h,
-            "[n.nvmlDeviceGetTemperature(H(0), 0), n.nvmlDeviceGetCurrentClocksEventReasons(H(0)) & 0x40]",
+            "[n.nvmlDeviceGetTemperature(H(0), 0),"
+            " n.nvmlDeviceGetCurrentClocksEventReasons(H(0)) & 0x40]",
         )
         == [92, 0x40]
     ),
