@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import time
 from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -61,7 +62,7 @@ def node_check(
     drained or down by someone else), 2 on bad input, 3 when the probe itself could not run
     (nothing is drained then).
     """
-    from fleet.jobs.node_check import check_node, read_node_info, run_plain
+    from fleet.jobs.node_check import check_node, read_node_info, run_plain, within
 
     name = node or default_node()
     if not NODE_RE.fullmatch(name):
@@ -85,14 +86,15 @@ def node_check(
             set(loaded.pools) | set(loaded.policy.golden.pools)):
         raise BadInput.single(f"the matrix has no pool {pool!r}", file=str(matrix), field="--pool")
     do_drain = drain if drain is not None else bool(os.environ.get("SLURMD_NODENAME"))
+    run = within(run_plain, time.monotonic() + timeout)
     scheduler = None
     if do_drain:
         from fleet.schedulers.slurm import SlurmScheduler
 
-        scheduler = SlurmScheduler(timeout_s=5.0)
+        scheduler = SlurmScheduler(run, timeout_s=2.0)
     result = check_node(name, matrix=loaded, release=rel, pool=pool, scheduler=scheduler,
                         drain=do_drain, timeout_s=timeout,
-                        node_info=lambda n, t: read_node_info(n, run_plain, t))
+                        node_info=lambda n, t: read_node_info(n, run, t))
     if json_out:
         emit_json(result.as_dict())
     else:

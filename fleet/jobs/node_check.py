@@ -66,18 +66,32 @@ class Scheduler(Protocol):
     def drain(self, host: str, reason: str) -> HostResult[None]: ...
 
 
-Run = Callable[[list[str], float], tuple[int, str, str]]
+Run = Callable[[list[str], float | None], tuple[int, str, str]]
 """run(argv, timeout_s) -> (returncode, stdout, stderr); 124 on timeout, 127 when missing."""
 
 
-def run_plain(argv: list[str], timeout_s: float) -> tuple[int, str, str]:
+def run_plain(argv: list[str], timeout_s: float | None) -> tuple[int, str, str]:
     try:
         p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:
-        return 124, "", f"{argv[0]} timed out after {timeout_s:g} s"
+        return 124, "", f"{argv[0]} timed out after {timeout_s or 0:g} s"
     except OSError as exc:
         return 127, "", f"{argv[0]}: {exc}"
     return p.returncode, p.stdout, p.stderr
+
+
+def within(run: Run, deadline: float, monotonic: Callable[[], float] = time.monotonic) -> Run:
+    """`run` with every command's timeout cut to what is left before `deadline`: scontrol
+    retries for a long while when slurmctld does not answer, and the health check must end in
+    time whatever happens."""
+
+    def bounded(argv: list[str], timeout_s: float | None) -> tuple[int, str, str]:
+        left = deadline - monotonic()
+        if left < 0.2:
+            return 124, "", f"{argv[0]}: the node-check time budget is spent"
+        return run(argv, min(timeout_s or left, left))
+
+    return bounded
 
 
 # ------------------------------------------------------------------------------ Slurm's view
@@ -317,7 +331,7 @@ def check_node(
 
     info = NodeInfo()
     if node_info is not None:
-        info = node_info(node, min(5.0, max(0.5, left() - RESERVE_S)))
+        info = node_info(node, min(2.0, max(0.5, left() - RESERVE_S)))
     pool = choose_pool(matrix, pool, info)
     result = NodeCheckResult(node, pool, release.name if release else None)
     got = probe(max(0.5, left() - RESERVE_S))

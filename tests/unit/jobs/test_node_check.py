@@ -333,7 +333,8 @@ def fake_slurm(tmp_path: Path, state: str = "IDLE", reason: str | None = None) -
             f"   Partitions=h100,all\n{reason_line}")
     for name, body in {
         "sinfo": "print('h100|gpu:h100:8(S:0)')\nprint('all*|gpu:h100:8(S:0)')",
-        "scontrol": f"if sys.argv[1:2] == ['show']:\n    sys.stdout.write({show!r})",
+        "scontrol": "import os, time\ntime.sleep(float(os.environ.get('FAKE_SLOW', 0)))\n"
+                    f"if sys.argv[1:2] == ['show']:\n    sys.stdout.write({show!r})",
         "squeue": "pass",
     }.items():
         p = bin_dir / name
@@ -418,3 +419,35 @@ def test_cli_healthy_no_drain_and_bad_input(tmp_path: Path, cli_env: pytest.Monk
     assert invoke(["--node", "a;b"], capsys)[0] == 2
     assert invoke(["-m", str(MATRIX), "--release", "nope"], capsys)[0] == 2
     assert invoke(["-m", str(MATRIX), "--pool", "nope"], capsys)[0] == 2
+
+
+def test_within_cuts_timeouts_to_the_deadline() -> None:
+    seen: list[float | None] = []
+
+    def run(argv: list[str], t: float | None) -> tuple[int, str, str]:
+        seen.append(t)
+        return 0, "", ""
+
+    now = [100.0]
+    bounded = nc.within(run, 105.0, lambda: now[0])
+    bounded(["scontrol"], 2.0)
+    now[0] = 104.0
+    bounded(["scontrol"], 2.0)
+    now[0] = 104.9
+    assert bounded(["scontrol"], 2.0)[0] == 124
+    assert seen == [2.0, 1.0]
+
+
+def test_cli_ends_within_its_budget_when_scontrol_hangs(
+        tmp_path: Path, cli_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import time
+
+    bin_dir = fake_slurm(tmp_path)
+    cli_env.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    cli_env.setenv("SLURMD_NODENAME", "h100-1")
+    cli_env.setenv("FAKE_SLOW", "30")
+    use_probe(cli_env, with_xid79())
+    start = time.monotonic()
+    code, out = invoke(["--json", "--timeout", "4"], capsys)
+    assert time.monotonic() - start < 6
+    assert code == 1 and json.loads(out)["drain"]["action"] == "failed"
