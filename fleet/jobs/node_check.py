@@ -50,6 +50,7 @@ from fleet.domain.ports import AdminState, HostResult
 
 PROBE_SOURCE = Path(__file__).resolve().parent.parent / "probe" / "hostprobe.py"
 MARKER = "fleet:"  # the scheduler adapter's marker; kept equal to it by a unit test
+HEALTH = "health:"  # and its health-check prefix (fleet.schedulers.slurm.HEALTH), same test
 DEFAULT_TIMEOUT_S = 20.0
 RESERVE_S = 3.0  # of the budget kept for reading the node's state and draining it
 REASON_MAX = 150
@@ -282,7 +283,7 @@ def drain_reason(failing: list[Finding]) -> str:
     first = failing[0]
     gpu = f" (GPU {first.gpu})" if first.gpu and first.gpu not in first.message else ""
     more = f" (+{len(failing) - 1} more)" if len(failing) > 1 else ""
-    text = " ".join(f"{first.check}: {first.message}{gpu}".split())
+    text = " ".join(f"{HEALTH} {first.check}: {first.message}{gpu}".split())
     room = REASON_MAX - len(more)
     if len(text) > room:
         text = text[: room - 3].rstrip() + "..."
@@ -296,7 +297,7 @@ def drain_node(scheduler: Scheduler, node: str, failing: list[Finding]) -> Drain
         return DrainOutcome("failed", st.reason,
                             f"not draining: cannot read the node's state ({st.reason})")
     if st.state in ("drained", "draining", "down"):
-        if st.by_fleet:
+        if st.by_fleet or (st.reason or "").startswith(f"{MARKER} {HEALTH}"):
             return DrainOutcome("kept", st.reason, f"already {st.state} by fleet")
         return DrainOutcome("left", st.reason,
                             f"{st.state} by someone else; their reason is kept")

@@ -29,6 +29,10 @@ from fleet.domain.ports import AdminState, HostResult, StopAction
 from fleet.schedulers.runner import Runner, check_node_name, one_line, run_command, tail
 
 MARKER = "fleet:"
+HEALTH = "health:"
+"""`fleet node-check` drains with `fleet: health: <check>: ...`: the health checker's drain, like
+NHC's. Rollouts, apply and undrain treat it as someone else's: a node that failed its health
+check is never moved first, put back in service or resumed by them; an operator resumes it."""
 # Values that run to the end of their line in `scontrol show node` (they may contain spaces).
 _REST_OF_LINE = ("OS", "Reason", "Comment", "Extra")
 _BUSY = frozenset({"ALLOCATED", "ALLOC", "MIXED", "COMPLETING"})
@@ -88,7 +92,9 @@ class SlurmNode:
         return self.fields.get("BootTime")
 
     def by(self, marker: str) -> bool:
-        return bool(self.reason) and str(self.reason).startswith(marker)
+        """Drained by fleet's rollouts, apply or quarantine (not by its health check)."""
+        reason = str(self.reason or "")
+        return reason.startswith(marker) and not reason[len(marker):].lstrip().startswith(HEALTH)
 
     def admin_state(self, marker: str = MARKER, jobs: Sequence[str] = ()) -> AdminState:
         """The node as the port sees it; `jobs` (from squeue) keep a drained node draining."""

@@ -132,17 +132,29 @@ def test_drain_reason_names_the_check_and_stays_short() -> None:
 
     one = Finding(check="gpu.fallen_off_bus", severity=Severity.FAIL,
                   message="GPU 0000:19:00.0 fell off the bus (Xid 79)", gpu="0000:19:00.0")
-    assert drain_reason([one]) == "gpu.fallen_off_bus: GPU 0000:19:00.0 fell off the bus (Xid 79)"
+    assert drain_reason([one]) == ("health: gpu.fallen_off_bus: GPU 0000:19:00.0 fell off the "
+                                   "bus (Xid 79)")
     long = Finding(check="xid", severity=Severity.FAIL, message="x " * 200)
     text = drain_reason([long, one])
-    assert text.startswith("xid: x x") and text.endswith("... (+1 more)")
+    assert text.startswith("health: xid: x x") and text.endswith("... (+1 more)")
     assert len(text) <= nc.REASON_MAX and "\n" not in text
 
 
 def test_marker_is_the_slurm_adapters() -> None:
-    from fleet.schedulers.slurm import MARKER
+    from fleet.schedulers.slurm import HEALTH, MARKER
 
-    assert nc.MARKER == MARKER
+    assert (nc.MARKER, nc.HEALTH) == (MARKER, HEALTH)
+
+
+def test_a_health_drain_is_not_a_rollout_drain() -> None:
+    """A node node-check drained is the health checker's, like NHC's: rollouts and apply skip
+    it and never resume it; its own reruns leave it as it is."""
+    from fleet.schedulers.slurm import SlurmNode
+
+    health = SlurmNode("n1", "IDLE+DRAIN", "fleet: health: gpu.fallen_off_bus: GPU 0 lost")
+    rollout = SlurmNode("n1", "IDLE+DRAIN", "fleet: rollout 3 wave 1")
+    assert not health.admin_state("fleet:").by_fleet
+    assert rollout.admin_state("fleet:").by_fleet
 
 
 # ----------------------------------------------------------------------------- the check
@@ -164,7 +176,7 @@ def test_xid79_drains_with_a_fleet_reason() -> None:
     [(host, reason)] = sched.drained
     assert host == "h100-1" and not reason.startswith("fleet:")  # the adapter adds the marker
     assert r.drain.reason == f"fleet: {reason}"
-    assert any(reason.startswith(f"{c}: ") for c in ("gpu.fallen_off_bus", "xid"))
+    assert any(reason.startswith(f"health: {c}: ") for c in ("gpu.fallen_off_bus", "xid"))
 
 
 @pytest.mark.parametrize("state", ["drained", "draining", "down"])
@@ -386,7 +398,7 @@ def test_cli_under_slurmd_drains_through_scontrol(tmp_path: Path, cli_env: pytes
     updates = [a for a in logged(tmp_path) if a[1:2] == ["update"]]
     assert len(updates) == 1
     assert updates[0][2:4] == ["nodename=h100-1", "state=drain"]
-    assert updates[0][4].startswith("reason=fleet: gpu.fallen_off_bus: ")
+    assert updates[0][4].startswith("reason=fleet: health: gpu.fallen_off_bus: ")
     assert ["sinfo", "-h", "-N", "-n", "h100-1", "-o", "%P|%G"] in [
         [Path(a[0]).name, *a[1:]] for a in logged(tmp_path)]
 
