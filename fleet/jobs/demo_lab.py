@@ -46,8 +46,11 @@ from pathlib import Path
 _RUN = Path({run!r})
 _groups = {{}}
 lab = []
-for _h in json.loads((_RUN / "lab.json").read_text())["hosts"]:
-    _entry = (_h["name"], {{
+_state = json.loads((_RUN / "lab.json").read_text())
+_slurm = {{"scheduler": "slurm", "slurm_conf": _state["slurm_conf"]}} if _state.get("slurm_conf") \
+    else {{}}
+for _h in _state["hosts"]:
+    _entry = (_h["name"], {{**_slurm,
         "ssh_hostname": _h["address"], "ssh_port": _h.get("port", 22), "ssh_user": "root",
         "ssh_key": str(_RUN / "ssh" / "id_ed25519"),
         "ssh_known_hosts_file": str(_RUN / "ssh" / "known_hosts"),
@@ -94,7 +97,8 @@ def lab_matrix(releases_from: Path, golden: str, a: str, b: str) -> str:
 
 
 class LabTarget:
-    """The lab's hosts over SSH, the `none` scheduler, a logical clock whose waits are real."""
+    """The lab's hosts over SSH, drained through the lab's real Slurm (the `none` scheduler on
+    a lab without it), a logical clock whose waits are real."""
 
     hygiene_benchmark = False
 
@@ -104,15 +108,18 @@ class LabTarget:
         from fleet.sim import SimClock
 
         self.paths, self.matrix, self.cast = paths, matrix, cast
-        self.backend = D.cast_backend(SshBackend(inventory))
-        self._scheduler = make_scheduler("none")
-        self.clock = SimClock(D.START)
-        self.source = {"source": "inventory", "inventory": str(inventory), "scheduler": "none"}
-        self._by_driver = {r.driver.version: r.name for r in matrix.releases}
-        self._unreachable: list[str] = []
         from fleet.lab import lab
 
-        self.spec = {h.name: h for h in lab.load_state(paths).hosts}
+        state = lab.load_state(paths)
+        self.backend = D.cast_backend(SshBackend(inventory))
+        sched = "slurm" if state.slurm_conf else "none"
+        self._scheduler = (make_scheduler("slurm", slurm_conf=state.slurm_conf)
+                           if state.slurm_conf else make_scheduler("none"))
+        self.clock = SimClock(D.START)
+        self.source = {"source": "inventory", "inventory": str(inventory), "scheduler": sched}
+        self._by_driver = {r.driver.version: r.name for r in matrix.releases}
+        self._unreachable: list[str] = []
+        self.spec = {h.name: h for h in state.hosts}
 
     @property
     def scheduler(self) -> Any:
@@ -224,8 +231,14 @@ def _own_lab(folder: Path, say: Callable[[str], None]) -> Iterator[LabPaths]:
     releases.write_text(lab_matrix_from_demo())
     try:
         say(f"bringing up a lab of {HOSTS} hosts in {run}")
+        from fleet.lab import slurm as S
+
+        slurm = not S.missing_tools()
+        if not slurm:
+            say("no Slurm here (" + " ".join(S.missing_tools()) + " missing): hosts are drained "
+                "through no scheduler")
         lab.up(paths, lab.UpConfig(hosts=HOSTS, matrix=releases, release=D.GOLDEN,
-                                   perf={D.CANDIDATE_A: Perf(D.SLOW_A, 0.01)}),
+                                   perf={D.CANDIDATE_A: Perf(D.SLOW_A, 0.01)}, slurm=slurm),
                progress=lambda m, _d, _t: say(f"lab up: {m}"))
         yield paths
     finally:
