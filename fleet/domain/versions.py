@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from functools import total_ordering
 
+from fleet.domain.names import NAME_RE as NAME_RE  # release and pool names: one grammar
+
 VERSION_RE = re.compile(r"^[0-9]{1,6}(?:\.[0-9]{1,6}){0,3}$")
 """Any purely numeric dotted version (1 to 4 parts): driver, CUDA, kernel, companions."""
 
@@ -29,9 +31,6 @@ PACKAGE_VERSION_RE = re.compile(
 
 PACKAGE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9+._-]{0,99}$")
 """A Debian or RPM package name (lower case; `+`, `.`, `_`, `-` inside)."""
-
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
-"""A release or pool name: safe as a file name, a label and a shell word."""
 
 _KERNEL_CLAUSE_RE = re.compile(r"^(==|!=|>=|<=|>|<)([0-9]{1,3}(?:\.[0-9]{1,4}){0,2})$")
 

@@ -21,7 +21,8 @@ from fleet.domain.ports import HostRef, HostResult, Samples
 from fleet.remote import facts as F
 from fleet.remote.session import Connected, apply, connected, gather, load_inventory, select_hosts
 
-# Groups pyinfra (or the inventory file) adds that are not pools.
+# Groups pyinfra (or the inventory file) adds that are not pools; so are the file's stem and the
+# groups a connector attaches (`@local`).
 _NOT_POOLS = frozenset({"all"})
 
 
@@ -29,7 +30,8 @@ def _pool(host: Any, stem: str) -> str | None:
     explicit = host.data.get("pool")
     if explicit:
         return str(explicit)
-    groups = sorted(g for g in (host.groups or []) if g not in _NOT_POOLS and g != stem)
+    groups = sorted(g for g in (host.groups or [])
+                    if g not in _NOT_POOLS and g != stem and not g.startswith("@"))
     return groups[0] if groups else None
 
 
@@ -57,7 +59,7 @@ class SshBackend:
             refs.append(HostRef(
                 name=h.name, pool=_pool(h, stem), gpu_model=data.get("gpu_model"),
                 gpu_count=data.get("gpu_count"), unit=data.get("unit"),
-                groups=tuple(sorted(h.groups or [])), data=data,
+                groups=tuple(sorted(set(h.groups or []))), data=data,
             ))
         return refs
 

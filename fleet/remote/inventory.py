@@ -1,87 +1,279 @@
-"""Load a pyinfra inventory file without importing `pyinfra_cli`.
+"""Load a pyinfra inventory with pyinfra's own code, then check the names in it.
 
-`pyinfra_cli` monkey-patches the stdlib for gevent at import, which must not happen as a side
-effect of reading a file (tests, the history store and `fleet matrix` would all inherit it). The
-file format is pyinfra's, so the same file works with the plain `pyinfra` CLI: every module-level
-list of hosts, or `(hosts, data)` tuple, not starting with `_` is a group; a host is a name or a
-`(name, data)` tuple; the file's stem is a group of every host; `group_data/<group>.py` beside the
-inventory sets group data (its module globals, minus imported names, or exactly `__all__`).
+The inventory is read by `pyinfra_cli.inventory.make_inventory_from_files`, the function the
+`pyinfra` CLI calls, so `fleet` and `pyinfra INVENTORY debug-inventory` see the same hosts, groups
+and data: an inventory file (every module-level list of hosts or `(hosts, data)` tuple not
+starting with `_` is a group, the file's stem is a group of every host), a comma-separated host
+list (`@local,gpu-01`), pyinfra connectors (`@local`, `@ssh/host`), `group_data/<group>.py` at the
+project root (the working directory) and beside the inventory (the latter wins), and pyinfra's
+precedence (host data, then group data files over a group tuple's data, then `all`).
+
+`pyinfra_cli/__init__.py` monkey-patches the stdlib for gevent, which must not happen as a side
+effect of reading a file (tests, the history store and `fleet matrix` would all inherit it), so
+`pyinfra_cli.inventory` is imported without running it (its own imports patch nothing).
+
+Then every name that reaches hosts and tools is checked against fleet.domain.names (host names,
+group names, `pool` and `slurm_node` host data), and a host listed twice with different data is
+refused: all problems at once, each with the file and, where the name is a literal in it, the
+line, before anything connects anywhere.
 """
 
 from __future__ import annotations
 
 import ast
-import runpy
+import importlib
+import importlib.util
+import os
+import sys
+import types
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from fleet.errors import BadInput
+from fleet.domain.names import CONNECTOR_NAME_RE, name_problem
+from fleet.errors import BadInput, Problem
+
+# Host data whose value is a name that reaches a tool: the pool (limits, history, labels) and the
+# Slurm node name (`srun -w`, `scontrol`).
+_NAME_DATA = {"pool": "pool", "slurm_node": "node"}
 
 
-def _imported_names(path: Path) -> set[str]:
-    names: set[str] = set()
-    for node in ast.parse(path.read_text(), filename=str(path)).body:
-        if isinstance(node, ast.Import | ast.ImportFrom):
-            names.update((a.asname or a.name).split(".")[0] for a in node.names)
-    return names
-
-
-def _module_vars(path: Path) -> dict[str, Any]:
+def _cli_inventory() -> types.ModuleType:
+    """`pyinfra_cli.inventory`, without running `pyinfra_cli/__init__.py` (gevent patching)."""
+    name = "pyinfra_cli.inventory"
+    if name in sys.modules:
+        return sys.modules[name]
+    if "pyinfra_cli" in sys.modules:
+        return importlib.import_module(name)
+    spec = importlib.util.find_spec("pyinfra_cli")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("pyinfra_cli is not installed")
+    stub = types.ModuleType("pyinfra_cli")
+    stub.__path__ = list(spec.submodule_search_locations)
+    sys.modules["pyinfra_cli"] = stub
     try:
-        return runpy.run_path(str(path))
-    except SyntaxError as exc:
-        raise BadInput.single(f"Python syntax error: {exc.msg}", file=str(path),
-                              line=exc.lineno) from exc
-    except Exception as exc:
-        raise BadInput.single(f"cannot load: {type(exc).__name__}: {exc}", file=str(path)) from exc
+        return importlib.import_module(name)
+    finally:  # a later plain `import pyinfra_cli` still runs the real package (and patches)
+        if sys.modules.get("pyinfra_cli") is stub:
+            del sys.modules["pyinfra_cli"]
 
 
-def _is_group(key: str, value: Any) -> bool:
-    if key.startswith("_"):
-        return False
-    hosts = value[0] if isinstance(value, tuple) and len(value) == 2 else value
-    return isinstance(hosts, list) and all(isinstance(h, str | tuple) for h in hosts)
+Occurrence = tuple[str, dict[str, Any]]  # (group, host data as the group lists it)
 
 
-def _group_data(directory: Path) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
-    if not directory.is_dir():
-        return out
-    for file in sorted(directory.glob("*.py")):
-        attrs = _module_vars(file)
-        keys = attrs.get("__all__") or [k for k in attrs if k not in _imported_names(file)]
-        out[file.stem] = {k: v for k, v in attrs.items() if k in keys and not k.startswith("__")}
+@contextmanager
+def _capture_host_entries(cli: types.ModuleType) -> Iterator[dict[str, list[Occurrence]]]:
+    """Every `(host, data)` entry of the inventory file's groups, as pyinfra read them.
+
+    pyinfra merges a host listed twice into one, later data winning silently; this keeps each
+    listing so conflicting ones can be refused. It wraps the function that executes the file
+    rather than executing the file a second time.
+    """
+    seen: dict[str, list[Occurrence]] = {}
+    original = getattr(cli, "_get_groups_from_filename")  # noqa: B009 (a module attribute)
+
+    def capture(filename: str) -> dict[str, Any]:
+        groups: dict[str, Any] = original(filename)
+        for group, value in groups.items():
+            hosts = value[0] if isinstance(value, tuple) else value
+            for entry in hosts:
+                name, data = entry if isinstance(entry, tuple) else (entry, {})
+                if isinstance(name, str) and isinstance(data, dict):
+                    seen.setdefault(name, []).append((group, dict(data)))
+        return groups
+
+    setattr(cli, "_get_groups_from_filename", capture)  # noqa: B010
+    try:
+        yield seen
+    finally:
+        setattr(cli, "_get_groups_from_filename", original)  # noqa: B010
+
+
+@contextmanager
+def _cwd_on_path(cwd: str) -> Iterator[None]:
+    """As the pyinfra CLI does: an inventory may import helper modules from the project root."""
+    added = cwd not in sys.path
+    if added:
+        sys.path.append(cwd)
+    try:
+        yield
+    finally:
+        if added and cwd in sys.path:
+            sys.path.remove(cwd)
+
+
+def _error_line(exc: BaseException, filename: str) -> int | None:
+    """The line of `filename` where `exc` was raised (the innermost frame in that file)."""
+    if isinstance(exc, SyntaxError) and exc.filename == filename:
+        return exc.lineno
+    line = None
+    tb = exc.__traceback__ or getattr(exc, "_traceback", None)
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == filename:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
+
+
+def _load_error(exc: BaseException, source: str, is_file: bool) -> BadInput:
+    from pyinfra.api.exceptions import PyinfraError
+
+    inner: BaseException = getattr(exc, "exception", None) or exc  # UnexpectedExternalError
+    filename = getattr(exc, "filename", None) if inner is not exc else None
+    if isinstance(inner, SyntaxError):
+        return BadInput.single(f"Python syntax error: {inner.msg}",
+                               file=inner.filename or source, line=inner.lineno)
+    if not isinstance(filename, str):
+        filename = source if is_file else None
+    line = _error_line(inner, filename) if filename else None
+    if isinstance(inner, PyinfraError):
+        message = f"pyinfra cannot read it: {inner}"
+    elif isinstance(inner, SystemExit):
+        message = f"cannot load: it called exit({inner.code!r})"
+    else:
+        message = f"cannot load: {type(inner).__name__}: {inner}"
+    return BadInput.single(message, file=filename, line=line,
+                           field=None if filename else "--inventory")
+
+
+def _literal_lines(path: Path | None) -> dict[str, list[int]]:
+    """Lines where each string literal, or each assigned name, appears in a Python file."""
+    if path is None:
+        return {}
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except (OSError, SyntaxError, ValueError):
+        return {}
+    lines: dict[str, list[int]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            lines.setdefault(node.value, []).append(node.lineno)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            lines.setdefault(node.id, []).append(node.lineno)
+    for found in lines.values():
+        found.sort()
+    return lines
+
+
+def _group_data_file(group: str, folders: list[Path]) -> Path | None:
+    for folder in reversed(folders):  # the inventory's own folder wins, as in pyinfra
+        candidate = folder / f"{group}.py"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
+    out = []
+    for key in sorted(set(a) & set(b)):
+        try:
+            same = bool(a[key] == b[key])
+        except Exception:
+            same = False
+        if not same:
+            out.append(f"{key} {a[key]!r} vs {b[key]!r}")
     return out
 
 
-def load_inventory_file(path: str | Path) -> Any:
-    from pyinfra.api.inventory import Inventory
+def check_inventory(inventory: Any, *, file: Path | None, source: str,
+                    listings: Mapping[str, list[Occurrence]],
+                    group_data_folders: list[Path]) -> list[Problem]:
+    """Every problem with the names in a loaded inventory (empty: it is fine)."""
+    lines = _literal_lines(file)
+    where_file = str(file) if file else None
+    field = None if file else "--inventory"
 
-    p = Path(path)
-    if not p.is_file():
-        raise BadInput.single("no such inventory file", file=str(p))
-    groups: dict[str, tuple[list[str], dict[str, Any]]] = {}
-    host_data: dict[str, dict[str, Any]] = {}
-    variables = _module_vars(p)  # first: it turns a syntax error into a located BadInput
-    imported = _imported_names(p)
-    for key, value in variables.items():
-        if key in imported or not _is_group(key, value):
+    def at(text: str, nth: int = 0) -> int | None:
+        found = lines.get(text) or []
+        return found[min(nth, len(found) - 1)] if found else None
+
+    problems: list[Problem] = []
+    for host in inventory:
+        problem = name_problem("host", host.name)
+        if problem:
+            problems.append(Problem(where_file, at(host.name), field, f"refusing {problem}"))
+    for name, seen in listings.items():
+        first_group, first = seen[0]
+        for group, data in seen[1:]:
+            diff = _differences(first, data)
+            if diff:
+                problems.append(Problem(
+                    where_file, at(name, len(seen) - 1), field,
+                    f"host {name!r} is listed in {first_group} and in {group} with different "
+                    f"data ({'; '.join(diff)}): give it one set of data"))
+                break
+    stem = file.name.rsplit(".", 1)[0] if file else None
+    for group in sorted(set(inventory.groups) | set(inventory.group_data)):
+        if group.startswith("@") and CONNECTOR_NAME_RE.fullmatch(group):
+            continue  # a group a pyinfra connector attaches (@local)
+        problem = name_problem("group", group)
+        if problem is None:
             continue
-        hosts, data = value if isinstance(value, tuple) else (value, {})
-        names = []
-        for h in hosts:
-            name, hdata = h if isinstance(h, tuple) else (h, {})
-            host_data.setdefault(name, {}).update(hdata)
-            names.append(name)
-        groups[key] = (names, dict(data))
-    if not host_data:
-        raise BadInput.single("the inventory defines no hosts", file=str(p))
-    extra = _group_data(p.parent / "group_data")
-    for group, data in extra.items():
-        if group in groups:
-            groups[group] = (groups[group][0], {**data, **groups[group][1]})
-    global_data = extra.get("all", {})
-    groups.setdefault(p.stem, (list(host_data), {}))
-    return Inventory(  # type: ignore[no-untyped-call]
-        ([(n, d) for n, d in host_data.items()], global_data), **groups
-    )
+        data_file = _group_data_file(group, group_data_folders)
+        if data_file is not None and group not in lines:
+            problems.append(Problem(str(data_file), None, None,
+                                    f"refusing {problem}, from this group data file's name"))
+        elif group == stem:
+            problems.append(Problem(where_file, None, None,
+                                    f"refusing {problem}, from the inventory file's name"))
+        else:
+            problems.append(Problem(where_file, at(group), field, f"refusing {problem}"))
+    for host in inventory:
+        data = host.data.dict()
+        for key, kind in _NAME_DATA.items():
+            value = data.get(key)
+            if value is None:
+                continue
+            problem = name_problem(kind, value)  # type: ignore[arg-type]
+            if problem:
+                text = value if isinstance(value, str) else ""
+                problems.append(Problem(where_file, at(text) if text else None, key,
+                                        f"host {host.name!r}: refusing {problem}"))
+    if not problems and len(inventory) == 0:
+        problems.append(Problem(where_file, None, field,
+                                f"the inventory {source!r} defines no hosts"))
+    return sorted(set(problems), key=lambda p: (p.file or "", p.line or 0, p.message))
+
+
+def load_inventory_file(path: str | Path) -> Any:
+    """A `pyinfra.api.Inventory` exactly as the `pyinfra` CLI reads `path` from the working
+    directory: an inventory file, or a comma-separated host list (`@local,gpu-01`).
+
+    Raises BadInput (every problem, with file and line) for a missing file, a file that fails to
+    load (its exception and line), an invalid name or a host listed twice with different data.
+    """
+    from pyinfra.api.state import State
+    from pyinfra.context import ctx_state
+
+    source = str(path)
+    p = Path(source)
+    is_file = p.is_file()
+    if not is_file and ("," not in source and "@" not in source):
+        what = "is a directory, not an inventory file" if p.is_dir() else "no such inventory file"
+        raise BadInput.single(what, file=source)
+    if not is_file:  # a host list: pyinfra takes every item as a host name (and "" crashes it)
+        bad = [name_problem("host", n) for n in source.split(",")]
+        if any(bad):
+            raise BadInput([Problem(None, None, "--inventory", f"refusing {b}") for b in bad if b])
+    cli = _cli_inventory()
+    util = sys.modules["pyinfra_cli.util"]
+    cwd = os.getcwd()
+    cached = set(util.PYTHON_CODES)
+    state = State()  # exec_file records the file it runs on the current state
+    try:
+        with _cwd_on_path(cwd), ctx_state.use(state), _capture_host_entries(cli) as listings:
+            inventory = cli.make_inventory_from_files(source, cwd=cwd)
+    except (Exception, SystemExit) as exc:
+        raise _load_error(exc, source, is_file) from exc
+    finally:  # pyinfra caches compiled files by name: a later load must see edits
+        for stale in set(util.PYTHON_CODES) - cached:
+            util.PYTHON_CODES.pop(stale, None)
+    folders = [Path(cwd) / "group_data"]
+    if is_file:
+        folders.append(p.parent.resolve() / "group_data")
+    problems = check_inventory(inventory, file=p if is_file else None, source=source,
+                               listings=listings, group_data_folders=folders)
+    if problems:
+        raise BadInput(problems)
+    return inventory

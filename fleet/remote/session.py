@@ -58,7 +58,8 @@ class _ErrorCollector(logging.Handler):
 
 
 def load_inventory(path: str | Path) -> Any:
-    """A pyinfra inventory file (the same file the plain `pyinfra` CLI takes)."""
+    """A pyinfra inventory, read as the plain `pyinfra` CLI reads it (a file, or a comma-separated
+    host list), its names checked (fleet.remote.inventory)."""
     from fleet.remote.inventory import load_inventory_file
 
     return load_inventory_file(path)

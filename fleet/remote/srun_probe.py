@@ -46,6 +46,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from fleet.domain.facts import HostFacts
+from fleet.domain.names import check_name
 from fleet.domain.ports import HostRef, HostResult
 from fleet.remote.backend import SshBackend
 
@@ -56,7 +57,6 @@ TAG = "FLEET-PROBE"
 CHUNK = 960
 NODE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _CURSOR_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789=;:-_.+/,")
-_NODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
 _PARTITION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 # sinfo %T suffixes: * not responding, ~ powered off, # powering up, ! pending power down,
 # % powering down, $ maintenance reservation, @ reboot pending, ^ reboot issued, - planned
@@ -180,8 +180,7 @@ def srun_argv(partition: str, nodes: Sequence[str], *, job_name: str, timeout_s:
     """The one srun that probes `nodes` (one task per node), never run through a shell."""
     check_partition(partition)
     for n in nodes:
-        if not _NODE_RE.fullmatch(n):
-            raise ValueError(f"refusing node name {n!r}")
+        check_name("node", n)
     if not nodes:
         raise ValueError("no nodes to probe")
     minutes = max(1, math.ceil(timeout_s / 60))

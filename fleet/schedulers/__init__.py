@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from fleet.domain.names import name_problem
 from fleet.domain.ports import HostRef, Scheduler
-from fleet.errors import BadInput
+from fleet.errors import BadInput, Problem
 
 NAMES = ("none", "slurm", "kubernetes", "sim")
 
@@ -67,6 +68,12 @@ def scheduler_for(name: str | None, refs: Sequence[HostRef], **opts: Any) -> Sch
                                   field="scheduler")
         name = next(iter(said), "none")
     key = name.strip().lower()
+    if key in ("slurm", "kubernetes", "k8s"):  # the host name is the node name in every call
+        bad = [f"host {r.name!r}: {p}" for r in refs if (p := name_problem("node", r.name))]
+        if bad:
+            raise BadInput([Problem(None, None, "scheduler",
+                                    f"{key} cannot take this inventory host as a node name: {b}")
+                            for b in bad])
     if key == "slurm" and "runner" not in opts and "slurm_conf" not in opts:
         confs = {str(d["slurm_conf"]) for d in data if d.get("slurm_conf")}
         if len(confs) > 1:

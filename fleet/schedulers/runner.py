@@ -7,18 +7,17 @@ default runner with fake `scontrol`/`squeue`/`kubectl` executables first on PATH
 
 from __future__ import annotations
 
-import re
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
+
+from fleet.domain.names import NODE_NAME_RE as NODE_NAME_RE  # the one grammar, re-exported
+from fleet.domain.names import name_problem
 
 Runner = Callable[[list[str], float | None], tuple[int, str, str]]
 """run(argv, timeout_s) -> (returncode, stdout, stderr); 124 means the timeout expired."""
 
 TIMEOUT_RC = 124
 NOT_FOUND_RC = 127
-
-# A host or node name as Slurm and Kubernetes accept it; anything else never reaches a command.
-NODE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
 
 
 def subprocess_runner(env: Mapping[str, str] | None = None) -> Runner:
@@ -45,8 +44,11 @@ run_command: Runner = subprocess_runner()
 
 
 def check_node_name(name: str) -> str:
-    if not NODE_NAME_RE.fullmatch(name):
-        raise ValueError(f"refusing node name {name!r}: not a plain host name")
+    """`name` when it is a node name as Slurm and Kubernetes accept it (fleet.domain.names);
+    anything else never reaches a command."""
+    problem = name_problem("node", name)
+    if problem is not None:
+        raise ValueError(f"refusing {problem}")
     return name
 
 

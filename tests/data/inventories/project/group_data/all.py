@@ -1,0 +1,2 @@
+ssh_user = "ops"
+region = "root"

@@ -1,0 +1,2 @@
+gpu_model = "H100-root"
+bake_minutes = 5

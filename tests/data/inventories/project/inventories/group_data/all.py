@@ -1,0 +1,3 @@
+from os import sep  # noqa: F401 (imported names are not group data)
+
+region = "inventory"
