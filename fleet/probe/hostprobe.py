@@ -161,12 +161,14 @@ _FOB_PROBE = re.compile(
 _PCI_ID = re.compile(r"\(PCI ID: ([0-9a-fA-F]{4}:[0-9a-fA-F]{4})\)")
 _BDF_IN = re.compile(r"\b([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\b")
 _SEV = r"(Corrected|Correctable|Uncorrected|Uncorrectable)\s*(\((?:Non-)?Fatal\))?"
+# The AER patterns are searched, not anchored: whatever precedes the device message (a host
+# name from pdsh, a quote marker, a prefix this parser does not know) leaves the event whole.
 _AER_BUS = re.compile(
-    r"^(?:(\S+) )?([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]):\s+(?:AER:\s+)?"
+    r"\b([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]):\s+(?:AER:\s+)?"
     r"PCIe Bus Error:\s*(?:severity=)?" + _SEV
 )
 _AER_RECV = re.compile(
-    r"^(?:(\S+) )?([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]):\s+AER:\s+(?:Multiple )?"
+    r"\b([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]):\s+AER:\s+(?:Multiple )?"
     + _SEV
     + r"\s+error (?:message )?received(?: from|:)\s*(?:id=)?(\S+)?"
 )
@@ -176,7 +178,7 @@ _AER_DEV = re.compile(
 )
 _AER_BIT = re.compile(r"\[\s*(\d+)\]\s+([A-Za-z][A-Za-z0-9_]*)")
 _AER_BIT_LINE = re.compile(
-    r"^(?:\S+ )?([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]):\s+(?:AER:\s+)?\[\s*\d+\]"
+    r"\b([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]):\s+(?:AER:\s+)?\[\s*\d+\]"
 )
 
 
@@ -209,21 +211,59 @@ def _split_prefix(raw):
     return stamp, rest
 
 
-def _records(text):
-    """Logical records: (first line number, timestamp, message). Indented lines without a
-    timestamp continue the previous record (wrapped messages, AER bit lines)."""
-    out = []
+# A line that starts a kernel message of its own wherever it sits: an NVRM event line, any AER
+# line, or a device message ("driver 0000:01:00.0: ..."). Such a line never continues the one
+# before it, however it is indented (a log pasted into a ticket, every line indented).
+_RECORD_START = re.compile(
+    r"NVRM: (?:Xid |GPU at PCI:|GPU [0-9a-fA-F]{4,8}:|The NVIDIA GPU )|PCIe Bus Error|\bAER: "
+    r"|^\S+ [0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]:"
+)
+_QUOTE = re.compile(r"[ \t]*>(?:[ \t]?>)*[ \t]?")  # "> " quote markers of a mail or ticket
+
+
+def _is_comment(line):
+    return line.startswith("# SOURCE:") or line.startswith("# COMMAND:")
+
+
+def _lines(text):
+    """(line number, line) of the non-blank lines, without quote markers ("> ") and without the
+    indentation common to every line (a log pasted into a ticket or mail, indented as a block)."""
+    rows = []
     for lineno, raw in enumerate(text.splitlines(), 1):
-        if not raw.strip() or raw.startswith("# SOURCE:") or raw.startswith("# COMMAND:"):
+        if raw[:1] in (">", " ", "\t"):
+            m = _QUOTE.match(raw)
+            if m:
+                raw = raw[m.end() :]
+        if raw.strip():
+            rows.append((lineno, raw))
+    indents = [r[: len(r) - len(r.lstrip())] for _, r in rows if not _is_comment(r.lstrip())]
+    cut = len(os.path.commonprefix(indents)) if indents else 0
+    return [(n, r[cut:]) for n, r in rows] if cut else rows
+
+
+def _records(text):
+    """Logical records: (first line number, timestamp, message).
+
+    The kernel continues a record on indented lines without a timestamp: dmesg prints the lines
+    of a multi-line message aligned under the first one's text (the NVRM crash-dump notice), and
+    abbreviated AER reports indent their bit and TLP-header lines. An indented line that starts
+    a message of its own (an Xid, AER or device line, see _RECORD_START) is a new record. Linear
+    in the size of the log: continuations are collected and joined once.
+    """
+    out = []
+    more = {}  # record index -> its continuation lines, joined once at the end
+    for lineno, raw in _lines(text):
+        line = raw.lstrip()
+        if line[:1] == "#" and _is_comment(line):
             continue
-        if raw[:1] in (" ", "\t") and out:
-            stamp, msg = _split_prefix(raw.strip())
-            if stamp is None:
-                first, ts, prev = out[-1]
-                out[-1] = (first, ts, prev.rstrip() + " " + msg.strip())
-                continue
-        stamp, msg = _split_prefix(raw)
+        stamp, msg = _split_prefix(line)
+        if stamp is None and out and raw[:1] in (" ", "\t") and not _RECORD_START.search(msg):
+            more.setdefault(len(out) - 1, []).append(msg.strip())
+            continue
         out.append((lineno, stamp, msg.rstrip()))
+    for i, parts in more.items():
+        first, ts, msg = out[i]
+        out[i] = (first, ts, " ".join([msg] + parts))
     return out
 
 
@@ -322,36 +362,36 @@ def parse_kernel_log(text, xid_classes=None):
                 )
             )
             continue
-        m = _AER_BUS.search(msg)
+        m = _AER_BUS.search(msg) if "PCIe Bus Error" in msg else None
         if m:
-            pci = norm_pci(m.group(2))
+            pci = norm_pci(m.group(1))
             ev = _event(
-                "aer", line, pci, msg, stamp, severity=_aer_severity(m.group(3), m.group(4))
+                "aer", line, pci, msg, stamp, severity=_aer_severity(m.group(2), m.group(3))
             )
             ev["bits"] = [b[1] for b in _AER_BIT.findall(msg[m.end() :])]
             events.append(ev)
             last_aer[pci] = ev
             continue
-        m = _AER_RECV.search(msg)
+        m = _AER_RECV.search(msg) if "received" in msg else None
         if m:
             following = [r[2] for r in recs[i + 1 : i + 4]]
             if any("PCIe Bus Error" in f for f in following):
                 continue  # the detailed "PCIe Bus Error" record that follows is the event
-            src = norm_pci(m.group(5)) if m.group(5) else None
-            pci = src if src and src != "0000:00:00.0" else norm_pci(m.group(2))
+            src = norm_pci(m.group(4)) if m.group(4) else None
+            pci = src if src and src != "0000:00:00.0" else norm_pci(m.group(1))
             ev = _event(
-                "aer", line, pci, msg, stamp, severity=_aer_severity(m.group(3), m.group(4))
+                "aer", line, pci, msg, stamp, severity=_aer_severity(m.group(2), m.group(3))
             )
             events.append(ev)
             last_aer[pci] = ev
             continue
-        m = _AER_DEV.search(msg)
+        m = _AER_DEV.search(msg) if "status/mask" in msg else None
         if m:
             ev = last_aer.get(norm_pci(m.group(1)))
             if ev is not None:
                 ev["device_id"] = (m.group(2) + ":" + m.group(3)).lower()
             continue
-        m = _AER_BIT_LINE.search(msg)
+        m = _AER_BIT_LINE.search(msg) if "[" in msg else None
         if m:
             ev = last_aer.get(norm_pci(m.group(1)))
             if ev is not None:
