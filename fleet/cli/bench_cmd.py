@@ -13,7 +13,6 @@ Exit codes of `fleet bench compare` (the judge's verdict, for scripts and CI):
 from __future__ import annotations
 
 import json
-import math
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,34 +32,21 @@ _STYLE = {"pass": "green", "fail": "red", "inconclusive": "yellow", "nodata": "m
 
 
 def load_samples(path: Path) -> dict[str, list[float]]:
-    """A JSON object mapping metric name to a list of numbers; every problem reported."""
+    """A JSON object mapping metric name to a list of numbers that make physical sense (no
+    negative or zero latency, no negative throughput, nothing non-finite: see
+    fleet.domain.bench_samples); every problem reported with its line and JSON path."""
+    from fleet.domain.bench_samples import read_samples
+
     if not path.is_file():
         raise BadInput.single("no such file", file=str(path))
     try:
-        doc = json.loads(path.read_text())
-    except ValueError as exc:
-        raise BadInput.single(f"not JSON: {exc}", file=str(path)) from None
-    if isinstance(doc, dict) and isinstance(doc.get("samples"), dict):
-        doc = doc["samples"]  # a runner's or replay's own output works as is
-    if not isinstance(doc, dict):
-        raise BadInput.single("expected a JSON object mapping metric name to a list of samples",
-                              file=str(path))
-    out: dict[str, list[float]] = {}
-    problems = []
-    for name, values in doc.items():
-        if not isinstance(values, list):
-            problems.append(Problem(str(path), None, name, "expected a list of numbers"))
-            continue
-        bad = [i for i, v in enumerate(values) if isinstance(v, bool)
-               or not isinstance(v, int | float) or not math.isfinite(v)]
-        if bad:
-            problems.append(Problem(str(path), None, f"{name}[{bad[0]}]",
-                                    f"expected a finite number ({len(bad)} bad value(s))"))
-            continue
-        out[str(name)] = [float(v) for v in values]
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadInput.single(f"cannot read: {exc}", file=str(path)) from None
+    samples, problems = read_samples(text, str(path))
     if problems:
         raise BadInput(problems)
-    return out
+    return samples
 
 
 def compare(

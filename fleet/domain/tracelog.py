@@ -6,11 +6,16 @@ logged in the same second are spread evenly across it (deterministic). JSON-line
 time in `time`, `timestamp`, `ts`, `@timestamp` or `start_time` (ISO 8601 or epoch seconds), the
 request in `method` + `path`/`uri`/`url` or `request` ("GET /x HTTP/1.1"), and optionally
 `status`, `bytes`/`body_bytes_sent`/`size`, `request_time`/`duration`, `body`.
+
+Every value is checked for physical sense, with the line and the field: a timestamp is finite,
+not before 1970 and not after 9999; a duration is finite and >= 0; a size is >= 0; a status is an
+HTTP status (100-599). A NaN time would sort anywhere and a negative one would stretch the trace.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -27,6 +32,8 @@ _PATH_KEYS = ("path", "uri", "url")
 _BYTES_KEYS = ("bytes", "body_bytes_sent", "size", "response_bytes")
 _DURATION_KEYS = ("request_time", "duration")
 MAX_PROBLEMS = 50
+_LAST_EPOCH = 253402300799.0  # 9999-12-31T23:59:59Z
+Bad = tuple[str | None, str]  # (field, message) of a line that cannot be read
 
 
 @dataclass(frozen=True)
@@ -47,19 +54,43 @@ def _parse_request_line(text: str) -> tuple[str, str] | None:
     return None
 
 
-def parse_nginx(line_no: int, text: str) -> LogRequest | str:
+def _bad_time(start: float, what: str) -> str | None:
+    """Why `start` (epoch seconds) is not a time a request could have arrived, or None."""
+    if not math.isfinite(start):
+        return f"{what} is not a finite number"
+    if start < 0:
+        return f"{what} is before 1970 (a negative timestamp)"
+    if start > _LAST_EPOCH:
+        return f"{what} is after the year 9999"
+    return None
+
+
+def _bad_status(status: int | None) -> str | None:
+    return None if status is None or 100 <= status <= 599 else (
+        f"{status} is not an HTTP status (100-599)")
+
+
+def parse_nginx(line_no: int, text: str) -> LogRequest | Bad:
     m = _NGINX.match(text)
     if not m:
-        return "not an nginx combined log line"
+        return None, "not an nginx combined log line"
     req = _parse_request_line(m["request"])
     if req is None:
-        return f"request {m['request'][:40]!r} is not 'METHOD /path PROTOCOL'"
+        return "request", f"{m['request'][:40]!r} is not 'METHOD /path PROTOCOL'"
     try:
         end = datetime.strptime(m["time"], "%d/%b/%Y:%H:%M:%S %z").timestamp()
     except ValueError:
-        return f"time {m['time']!r} is not dd/Mon/yyyy:HH:MM:SS +zzzz"
+        return "time", f"{m['time']!r} is not dd/Mon/yyyy:HH:MM:SS +zzzz"
     rt = float(m["rt"]) if m["rt"] else 0.0
-    return LogRequest(line_no, end - rt, req[0], req[1], int(m["status"]),
+    why = _bad_time(end - rt, f"{m['time']!r}" + (f" minus the request time {rt:g} s" if rt
+                                                   else ""))
+    if why:
+        return ("request_time" if rt else "time"), why
+    status = int(m["status"])
+    why = _bad_status(status)
+    if why:
+        return "status", why
+    return LogRequest(line_no, end - rt, req[0], req[1], status,
                       None if m["bytes"] == "-" else int(m["bytes"]))
 
 
@@ -77,30 +108,47 @@ def _epoch(v: Any) -> float | None:
     return None
 
 
-def parse_json_line(line_no: int, text: str) -> LogRequest | str:
+def parse_json_line(line_no: int, text: str) -> LogRequest | Bad:
     try:
         doc = json.loads(text)
     except ValueError as exc:
-        return f"not JSON: {exc}"
+        return None, f"not JSON: {exc}"
     if not isinstance(doc, dict):
-        return "expected a JSON object"
+        return None, "expected a JSON object"
     key = next((k for k in _TIME_KEYS if k in doc), None)
     start = _epoch(doc[key]) if key else None
     if start is None:
-        return f"no usable time ({', '.join(_TIME_KEYS)})"
+        return key, f"no usable time ({', '.join(_TIME_KEYS)})"
+    why = _bad_time(start, repr(doc[key]))
+    if why:
+        return key, why
     method, path = doc.get("method"), next((doc[k] for k in _PATH_KEYS if k in doc), None)
     if path is None and isinstance(doc.get("request"), str):
         parsed = _parse_request_line(doc["request"])
         if parsed:
             method, path = parsed
     if not isinstance(path, str) or not path.startswith("/"):
-        return "no request path (path, uri, url or request)"
-    dur = next((doc[k] for k in _DURATION_KEYS if isinstance(doc.get(k), int | float)), None)
+        return None, "no request path (path, uri, url or request)"
+    dkey = next((k for k in _DURATION_KEYS if isinstance(doc.get(k), int | float)
+                 and not isinstance(doc.get(k), bool)), None)
+    dur = float(doc[dkey]) if dkey else 0.0
+    if dkey and not (math.isfinite(dur) and dur >= 0):
+        return dkey, f"{doc[dkey]!r}: a duration is a finite number of seconds >= 0"
     if key == "start_time":
-        dur = None
-    size = next((doc[k] for k in _BYTES_KEYS if isinstance(doc.get(k), int)), None)
+        dur = 0.0
+    why = _bad_time(start - dur, f"{doc[key]!r} minus the duration {dur:g} s")
+    if why:
+        return dkey, why
+    skey = next((k for k in _BYTES_KEYS if isinstance(doc.get(k), int)
+                 and not isinstance(doc.get(k), bool)), None)
+    size: int | None = doc[skey] if skey else None
+    if size is not None and size < 0:
+        return skey, f"{size}: a size in bytes cannot be negative"
     status = doc.get("status") if isinstance(doc.get("status"), int) else None
-    return LogRequest(line_no, start - float(dur or 0.0), str(method or "GET").upper(),
+    why = _bad_status(status)
+    if why:
+        return "status", why
+    return LogRequest(line_no, start - dur, str(method or "GET").upper(),
                       path.split(" ")[0], status, size, doc.get("body"))
 
 
@@ -121,8 +169,8 @@ def trace_from_log(lines: Iterable[str], *, fmt: str = "auto", source: str = "lo
         if fmt == "auto":
             fmt = detect_format(text)
         got = parse_json_line(no, text) if fmt == "jsonl" else parse_nginx(no, text)
-        if isinstance(got, str):
-            problems.append(Problem(source, no, None, got))
+        if isinstance(got, tuple):
+            problems.append(Problem(source, no, got[0], got[1]))
         elif not only_ok or (got.status is None or got.status < 400):
             reqs.append(got)
     if fmt == "nginx":

@@ -25,6 +25,7 @@ from typing import Any
 
 from pyinfra.api import FactBase  # type: ignore[attr-defined]
 
+from fleet.domain.bench_samples import check_samples
 from fleet.domain.ports import HostResult, Samples
 from fleet.remote.inline import inline_python_command
 
@@ -145,8 +146,14 @@ def to_samples(host: str, doc: Mapping[str, Any]) -> HostResult[Samples]:
         if verdict == "fail":
             return HostResult.failed(host, f"benchmark failed: {errors}")
     samples = doc.get("samples") or {}
-    clean: Samples = {str(k): [float(v) for v in vs] for k, vs in samples.items()
-                      if isinstance(vs, list)}
+    if not isinstance(samples, dict):
+        return HostResult.failed(host, "could not measure: samples are not an object")
+    lists = {str(k): vs for k, vs in samples.items() if isinstance(vs, list)}
+    nonsense = check_samples(lists)  # never judge a negative latency or throughput, or a NaN
+    if nonsense:
+        return HostResult.failed(host, "could not measure: samples that make no physical "
+                                       "sense: " + "; ".join(nonsense[:5]))
+    clean: Samples = {k: [float(v) for v in vs] for k, vs in lists.items()}
     return HostResult(host, clean)
 
 
