@@ -36,11 +36,19 @@ class Problem:
     severity: str = "error"  # "error" or "warning"
 
     def __str__(self) -> str:
-        where = self.file or "<input>"
-        if self.line is not None:
-            where += f":{self.line}"
-        field = f" {self.field}:" if self.field else ""
-        return f"{where}:{field} {self.message}"
+        """`file:line: field: message`; the parts that are unknown are left out (an option's
+        problem reads `--db: message`, never a placeholder for a file that does not exist)."""
+        parts = []
+        if self.file:
+            parts.append(self.file + (f":{self.line}" if self.line is not None else ""))
+        elif self.line is not None:
+            parts.append(f"line {self.line}")
+        if self.field:
+            parts.append(self.field)
+        return ": ".join([*parts, self.message])
+
+    def where(self) -> dict[str, object]:
+        return {"file": self.file, "line": self.line, "field": self.field}
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -53,9 +61,21 @@ class Problem:
 
 
 class FleetError(Exception):
-    """Base of every error the CLI reports without a traceback."""
+    """Base of every error the CLI reports without a traceback.
+
+    `file`, `line` and `field` say where the trouble is when that is known (the `where` of a
+    `--json` error document); the message should name them too.
+    """
 
     exit_code: ExitCode = ExitCode.INCOMPLETE
+
+    def __init__(self, message: str = "", *, file: str | None = None, line: int | None = None,
+                 field: str | None = None) -> None:
+        super().__init__(message)
+        self.file, self.line, self.field = file, line, field
+
+    def where(self) -> dict[str, object]:
+        return {"file": self.file, "line": self.line, "field": self.field}
 
 
 class BadInput(FleetError):
@@ -67,7 +87,9 @@ class BadInput(FleetError):
         if isinstance(problems, str):
             problems = [Problem(None, None, None, problems)]
         self.problems: list[Problem] = list(problems)
-        super().__init__("\n".join(str(p) for p in self.problems))
+        first = self.problems[0] if self.problems else Problem(None, None, None, "")
+        super().__init__("\n".join(str(p) for p in self.problems), file=first.file,
+                         line=first.line, field=first.field)
 
     @classmethod
     def single(cls, message: str, file: str | None = None, line: int | None = None,

@@ -8,13 +8,13 @@ import os
 import sys
 import traceback
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, NoReturn
 
 import typer
 
 from fleet import __version__
-from fleet.cli.output import console, print_problems
-from fleet.errors import BadInput, ExitCode, FleetError
+from fleet.cli.output import console, emit_error, print_error, print_problems, start_command
+from fleet.errors import BadInput, ExitCode, FleetError, Problem
 
 HELP = (
     "Keep NVIDIA GPU hosts conformant: version matrix, staged rollouts with health gates, "
@@ -62,36 +62,119 @@ def _quiet_libraries() -> None:
         logger.propagate = False
 
 
+def json_requested(args: list[str]) -> bool:
+    """Whether the command line asks for `--json` (before a `--`: what follows is data, as in
+    `fleet exec -- cmd --json`). Read from the arguments so that even a usage error, found
+    before any command runs, answers with a JSON document."""
+    for a in args:
+        if a == "--":
+            return False
+        if a == "--json":
+            return True
+    return False
+
+
+def _usage_error_class() -> type[Exception]:
+    """Base of click's usage errors: typer vendors click (`typer.TyperException`) since 0.2x;
+    before that it is click's own `ClickException`."""
+    base = getattr(typer, "TyperException", None)
+    if base is None:  # pragma: no cover - older typer on plain click
+        import importlib
+
+        base = importlib.import_module("click").ClickException
+    assert isinstance(base, type) and issubclass(base, Exception)
+    return base
+
+
+_UsageError = _usage_error_class()
+
+
+def _usage_field(exc: Any) -> str | None:
+    """The option or argument a usage error is about (`--limit`, `ID`)."""
+    name = getattr(exc, "option_name", None)
+    if isinstance(name, str) and name:
+        return name
+    param = getattr(exc, "param", None)
+    if param is None:
+        return None
+    opts = [o for o in getattr(param, "opts", []) if isinstance(o, str) and o.startswith("-")]
+    if opts:
+        return max(opts, key=len)
+    human = getattr(param, "human_readable_name", None)
+    return str(human) if human else None
+
+
+def _fail(code: ExitCode, message: str, json_out: bool, *, where: dict[str, object] | None = None,
+          problems: list[Problem] | None = None, label: str = "error") -> NoReturn:
+    """The one way a command ends in error: human text on stderr (never read as markup), the
+    JSON error document on stdout with `--json`, and the exit code."""
+    if problems:
+        print_problems(problems)
+    else:
+        print_error(message, label)
+    if json_out:
+        emit_error(int(code), message, where, problems or ())
+    sys.exit(int(code))
+
+
 def run(argv: list[str] | None = None) -> None:
-    """Console-script entry: the one place where errors become exit codes."""
+    """Console-script entry: the one place where errors become exit codes (docs/exit-codes.md).
+
+    With `--json`, stdout holds exactly one JSON document whatever the exit code: the command's
+    own, or `{"schema": 1, "error": {"code", "message", "where": {"file", "line", "field"}}}`.
+    """
     _quiet_libraries()
     # a command imports many modules (pydantic, SQLAlchemy, pyinfra) and creates few cyclic
     # garbage objects: collecting the youngest generation every 50,000 allocations instead of
     # 700 saves about 70 ms of `fleet probe` and keeps memory bounded
     gc.set_threshold(50_000, *gc.get_threshold()[1:])
+    args = sys.argv[1:] if argv is None else list(argv)
+    json_out = json_requested(args)
+    start_command()
     try:
         # only the module of the command being run is imported: `fleet probe` no longer pays
         # for every command group's imports (about 0.3 s of its 2.3 s on 20 lab hosts)
-        cli = build_app(wanted(sys.argv[1:] if argv is None else list(argv)))
-        cli(args=argv, standalone_mode=True)
+        cli = build_app(wanted(args))
+        code = cli(args=args, standalone_mode=False)
+        # a normal return is None; `typer.Exit(n)` (as `--version` raises) returns n, and
+        # typer turns Ctrl-C into 130
+        if code == 130:
+            raise KeyboardInterrupt
+        if isinstance(code, int) and code != 0:
+            _fail(ExitCode(code) if code in set(ExitCode) else ExitCode.INCOMPLETE,
+                  f"exit {code}", json_out)
+        sys.exit(int(ExitCode.OK))  # as click's standalone mode does: callers see SystemExit
     except FleetError as exc:
-        if isinstance(exc, BadInput):
-            print_problems(exc.problems)
+        problems = exc.problems if isinstance(exc, BadInput) else None
+        _fail(exc.exit_code, str(exc), json_out, where=exc.where(), problems=problems)
+    except typer.Abort:  # a confirmation answered no
+        _fail(ExitCode.INCOMPLETE, "aborted: nothing was done", json_out)
+    except _UsageError as exc:  # usage: unknown option, bad value, missing argument
+        fmt = getattr(exc, "format_message", None)
+        message = str(fmt() if callable(fmt) else exc)
+        if json_out:
+            if message:  # no_args_is_help: the help is on stderr already
+                print_error(message)
+            emit_error(int(ExitCode.BAD_INPUT), message or "usage: see --help",
+                       {"field": _usage_field(exc)})
         else:
-            console.print(f"[red]error[/red]: {exc}", soft_wrap=True)
-        sys.exit(int(exc.exit_code))
-    except KeyboardInterrupt:
-        console.print("[yellow]interrupted[/yellow]")
-        sys.exit(int(ExitCode.INCOMPLETE))
-    except FileNotFoundError as exc:
-        console.print(f"[red]error[/red]: {exc}")
+            from typer import rich_utils
+
+            rich_utils.rich_format_error(exc)  # type: ignore[arg-type]
         sys.exit(int(ExitCode.BAD_INPUT))
+    except KeyboardInterrupt:
+        _fail(ExitCode.INCOMPLETE, "interrupted", json_out, label="interrupted")
+    except FileNotFoundError as exc:
+        _fail(ExitCode.BAD_INPUT, str(exc), json_out, where={"file": exc.filename})
     except Exception as exc:  # a bug: say so plainly, never pretend it was bad input
-        console.print(f"[red]internal error[/red]: {type(exc).__name__}: {exc}")
+        message = f"{type(exc).__name__}: {exc}"
+        print_error(message, "internal error")
         if os.environ.get("FLEET_DEBUG"):
             traceback.print_exc()
         else:
-            console.print("set FLEET_DEBUG=1 for the traceback")
+            console.print("set FLEET_DEBUG=1 for the traceback", markup=False)
+        if json_out:
+            emit_error(int(ExitCode.INCOMPLETE), f"internal error: {message}")
         sys.exit(int(ExitCode.INCOMPLETE))
     finally:
         # the interpreter's last collection walks every object the imports made (about 0.1 s);

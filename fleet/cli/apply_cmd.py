@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from fleet.cli.output import console, emit_json
+from fleet.cli.output import console, emit_json, esc
 from fleet.errors import BadInput, CouldNotComplete, ProblemsFound
 
 Inventory = Annotated[Path, typer.Option("--inventory", "-i", envvar="FLEET_INVENTORY",
@@ -52,8 +52,8 @@ def _report(results: list, json_out: bool, extra: dict | None = None) -> None:  
         note = r.error or ("reboot" if r.rebooted else "")
         if r.left_drained:
             note += " (left drained)"
-        t.add_row(r.host, r.pool or "", r.from_release or "?", r.to_release,
-                  f"[{style}]{r.outcome}[/]", changes, note)
+        t.add_row(esc(r.host), esc(r.pool or ""), esc(r.from_release or "?"), esc(r.to_release),
+                  f"[{style}]{r.outcome}[/]", esc(changes), esc(note))
     console.print(t)
 
 
@@ -118,7 +118,7 @@ def apply(
         results = pin_hosts(backend, history, m, targets, now=_now, dry=dry, actor=os_actor(),
                             force=force, reason=reason, scheduler=sched, drain=not no_drain,
                             serial=serial,
-                            on_progress=lambda h, what: status.update(f"{what}: {h}"))
+                            on_progress=lambda h, what: status.update(esc(f"{what}: {h}")))
     _report(results, json_out, {"release": release, "dry": dry})
     _exit(results)
 
@@ -190,7 +190,7 @@ def rollback(
                                   + " (no history, no policy.previous for the pool); use --to",
                                   field="--to")
         plan = ", ".join(sorted({f"{t.name}" for t in targets.values()}))
-        console.print(f"rolling back {len(targets)} host(s) to {plan} ({reason})")
+        console.print(f"rolling back {len(targets)} host(s) to {plan} ({reason})", markup=False)
         if not yes:
             if not sys.stdin.isatty():
                 raise BadInput.single("no terminal to confirm on: pass --yes", field="--yes")
@@ -202,7 +202,7 @@ def rollback(
             results = pin_hosts(backend, history, m, targets, now=_now, kind="rollback",
                                 force=force, reason=reason, actor=actor, scheduler=sched,
                                 drain=not no_drain, serial=serial,
-                                on_progress=lambda h, what: status.update(f"{what}: {h}"))
+                                on_progress=lambda h, what: status.update(esc(f"{what}: {h}")))
     _report(results, json_out, {"reason": reason, "actor": actor, "sources": sources})
     _exit(results)
 

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
-from fleet.cli.output import console, emit_json
+from fleet.cli.output import console, emit_json, esc
 from fleet.errors import BadInput, ProblemsFound
 
 MARKER = ".fleet-demo"
@@ -90,7 +90,7 @@ def demo(
     what = ("the lab: 8 real SSH hosts in network namespaces (root), brought up and torn down"
             if lab else "a simulated fleet of 64 GPU hosts")
     console.print(f"[bold]fleet demo[/bold]: {what}, the real engine, a logical clock; "
-                  f"working in {folder}")
+                  f"working in {esc(folder)}")
 
     def on_step(step: Step) -> None:
         mark = "[green]ok[/green]" if step.ok else "[red]NOT AS EXPECTED[/red]"
@@ -100,7 +100,7 @@ def demo(
         if step.commands:
             console.print("   [dim]on a real fleet:[/dim]")
         for cmd in step.commands:
-            console.print(f"   [cyan]$ {cmd}[/cyan]", markup=True, highlight=False)
+            console.print(f"   [cyan]$ {esc(cmd)}[/cyan]", markup=True, highlight=False)
 
     started = time.monotonic()
     with console.status("starting") as status:
@@ -112,10 +112,10 @@ def demo(
                   f"{result.ended:%Y-%m-%d} on the logical clock)")
     if result.lab_run is not None:
         console.print(f"   the lab ({result.lab_run}) is down again; the database keeps "
-                      "what it did")
-    console.print(f"   HTML report: {result.report}")
-    console.print(f"   database:    {db}")
-    console.print(f"   matrix:      {result.matrix}")
+                      "what it did", markup=False)
+    console.print(f"   HTML report: {result.report}", markup=False)
+    console.print(f"   database:    {db}", markup=False)
+    console.print(f"   matrix:      {result.matrix}", markup=False)
     console.print("   look around:")
     for cmd in (f"fleet --db {db} rollout history",
                 f"fleet --db {db} rollout status 1 --hosts",
@@ -123,7 +123,7 @@ def demo(
                 f"fleet --db {db} history events",
                 f"fleet --db {db} check --pool {result.cast.incident_pool}",
                 f"fleet matrix check {result.matrix}"):
-        console.print(f"   [cyan]$ {cmd}[/cyan]", highlight=False)
+        console.print(f"   [cyan]$ {esc(cmd)}[/cyan]", highlight=False)
     if keep is None:
         console.print("   [dim](a temporary folder: remove it when done, or choose one with "
                       "--keep DIR)[/dim]")
@@ -131,7 +131,7 @@ def demo(
         emit_json(result.summary())
     if not result.ok:
         for problem in result.problems:
-            console.print(f"[red]not as expected[/red]: {problem}", soft_wrap=True)
+            console.print(f"[red]not as expected[/red]: {esc(problem)}", soft_wrap=True)
         raise ProblemsFound(f"the demo did not go as told: {len(result.problems)} difference(s)")
 
 

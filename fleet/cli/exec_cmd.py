@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from fleet.cli.output import console, emit_json
+from fleet.cli.output import console, emit_json, esc
 from fleet.errors import BadInput, CouldNotComplete, ProblemsFound
 
 
@@ -45,9 +45,9 @@ def exec_(
         emit_json({"command": line, "groups": [g.as_dict() for g in groups]})
     else:
         for g in groups:
-            head = f"[bold]{len(g.hosts)} host(s)[/bold]: {', '.join(g.hosts)}"
+            head = f"[bold]{len(g.hosts)} host(s)[/bold]: {esc(', '.join(g.hosts))}"
             status = g.error or f"exit {g.exit_code}"
-            console.print(f"{head}  [dim]({status})[/dim]", soft_wrap=True)
+            console.print(f"{head}  [dim]({esc(status)})[/dim]", soft_wrap=True)
             for text in (g.stdout, g.stderr):
                 if text:
                     typer.echo(text.rstrip("\n"))

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from fleet.cli.output import console, emit_json
+from fleet.cli.output import console, emit_json, esc
 from fleet.domain.checks import Finding, Severity, run_checks, worst
 from fleet.domain.facts import HostFacts
 from fleet.errors import BadInput, ProblemsFound
@@ -30,10 +30,10 @@ def print_findings(findings: list[Finding]) -> None:
         return
     for f in findings:
         style = _STYLE[f.severity]
-        gpu = f" [{f.gpu}]" if f.gpu else ""
+        gpu = f" {esc(f'[{f.gpu}]')}" if f.gpu else ""
         console.print(
-            f"[{style}]{f.severity.value:4}[/{style}] {f.check}{gpu}: {f.message} "
-            f"[dim](remediation: {f.remediation})[/dim]",
+            f"[{style}]{f.severity.value:4}[/{style}] {esc(f.check)}{gpu}: {esc(f.message)} "
+            f"[dim](remediation: {esc(f.remediation)})[/dim]",
             soft_wrap=True,
         )
 
@@ -41,9 +41,9 @@ def print_findings(findings: list[Finding]) -> None:
 def print_facts(facts: HostFacts) -> None:
     v = facts.versions
     console.print(
-        f"[bold]{facts.input_file or facts.identity and facts.identity.hostname}[/bold] "
-        f"source={facts.source} driver={v.driver_library or v.driver_kernel_module} "
-        f"cuda={v.cuda_driver_api} gpus={len(facts.gpus)}"
+        f"[bold]{esc(facts.input_file or facts.identity and facts.identity.hostname)}[/bold] "
+        f"source={facts.source} driver={esc(v.driver_library or v.driver_kernel_module)} "
+        f"cuda={esc(v.cuda_driver_api)} gpus={len(facts.gpus)}"
     )
     t = Table(
         "idx",
@@ -72,8 +72,8 @@ def print_facts(facts: HostFacts) -> None:
         )
         t.add_row(
             str(g.index),
-            g.name or "?",
-            g.pci_bus_id or "?",
+            esc(g.name or "?"),
+            esc(g.pci_bus_id or "?"),
             f"gen{g.pcie_gen_current}/{g.pcie_gen_max} x{g.pcie_width_current}",
             f"{g.temperature_c}C",
             f"{g.power_draw_w}/{g.power_limit_w}W",
@@ -106,16 +106,14 @@ def parse(
     if problems:
         raise BadInput(problems)
     if json_out:
-        emit_json(
-            [
-                {
-                    "file": f.input_file,
-                    "facts": f.to_json_dict(),
-                    "findings": [x.model_dump(mode="json") for x in fs],
-                }
-                for f, fs in results
-            ]
-        )
+        emit_json({"files": [
+            {
+                "file": f.input_file,
+                "facts": f.to_json_dict(),
+                "findings": [x.model_dump(mode="json") for x in fs],
+            }
+            for f, fs in results
+        ]})
     else:
         for facts, findings in results:
             print_facts(facts)
@@ -174,7 +172,8 @@ def import_(
     else:
         for item in out:
             console.print(f"{item['file']}: host {item['host']}, {item['gpus']} GPU(s), "
-                          f"snapshot {item['snapshot']}, worst finding {item['worst']}")
+                          f"snapshot {item['snapshot']}, worst finding {item['worst']}",
+                          markup=False)
     failed = [str(i["host"]) for i in out if i["worst"] == Severity.FAIL.value]
     if failed:
         raise ProblemsFound(f"failing checks on {', '.join(failed)}")

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
-from fleet.cli.output import console, emit_json
-from fleet.errors import BadInput
+from fleet.cli.output import console, emit_json, esc
 from fleet.history import History, list_events, list_hosts, open_history
-from fleet.history.engine import parse_target
 from fleet.history.migrate import current_revision, head_revision, upgrade
 from fleet.history.models import Event, Host
 
@@ -31,28 +28,29 @@ LimitOpt = Annotated[int, typer.Option("--limit", "-n", min=1, help="How many, n
 
 def _open_existing(ctx: typer.Context) -> History:
     """Reports never create a database: a typo in --db should say so, not show an empty one."""
-    target = _db(ctx)
-    url = parse_target(target)
-    is_file = url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:")
-    if is_file and not Path(str(url.database)).exists():
-        raise BadInput.single(
-            "no history database here yet (created by the first command that records "
-            "something, or by `fleet history migrate`)", file=url.database, field="--db")
-    return open_history(target)
+    return open_history(_db(ctx), create=False)
 
 
 @app.command()
-def migrate(ctx: typer.Context) -> None:
-    """Create the database if needed and upgrade its schema to the latest revision."""
+def migrate(ctx: typer.Context, json: JsonFlag = False) -> None:
+    """Create the database if needed and upgrade its schema to the latest revision.
+
+    Example: fleet --db /var/lib/fleet/fleet.db history migrate
+    """
     with open_history(_db(ctx), migrate=False) as h:
         before = current_revision(h)
         changed = upgrade(h)
         after = current_revision(h)
         where = h.display_url
-    if changed:
-        console.print(f"history {where}: upgraded {before or 'empty'} -> {after}")
+    if json:
+        emit_json({"db": where, "before": before, "after": after, "changed": changed,
+                   "head": head_revision()})
+    elif changed:
+        console.print(f"history {where}: upgraded {before or 'empty'} -> {after}",
+                      markup=False)
     else:
-        console.print(f"history {where}: already at {after} (latest {head_revision()})")
+        console.print(f"history {where}: already at {after} (latest {head_revision()})",
+                      markup=False)
 
 
 def event_dict(e: Event) -> dict[str, Any]:
@@ -83,7 +81,8 @@ def events(
         return
     table = Table("at (UTC)", "actor", "kind", "subject", "message", box=None)
     for e in rows:
-        table.add_row(e.at.strftime("%Y-%m-%d %H:%M:%S"), e.actor, e.kind, e.subject, e.message)
+        table.add_row(e.at.strftime("%Y-%m-%d %H:%M:%S"), esc(e.actor), esc(e.kind),
+                      esc(e.subject), esc(e.message))
     console.print(table)
 
 
@@ -104,6 +103,6 @@ def hosts(
         return
     table = Table("host", "pool", "gpus", "model", "last seen (UTC)", box=None)
     for x in rows:
-        table.add_row(x.name, x.pool, str(x.gpu_count), x.gpu_model or "-",
+        table.add_row(esc(x.name), esc(x.pool), str(x.gpu_count), esc(x.gpu_model or "-"),
                       x.last_seen.strftime("%Y-%m-%d %H:%M:%S"))
     console.print(table)

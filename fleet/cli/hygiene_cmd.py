@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from fleet.cli.output import console, emit_json
+from fleet.cli.output import console, emit_json, esc
 from fleet.errors import BadInput, ProblemsFound
 
 app = typer.Typer(help="The weekly hygiene job: drift audit, error trends, quarantine, reports.",
@@ -113,7 +113,7 @@ def run(
         with open_history(settings(ctx).db) as history, console.status("hygiene") as status:
             report = run_hygiene(backend, sched, history, loaded.matrix, now=now,
                                  apply_quarantine=apply_quarantine, benchmark=benchmark,
-                                 progress=lambda m: status.update(m))
+                                 progress=lambda m: status.update(esc(m)))
     finally:
         backend.close()
     data = report.as_dict()
@@ -123,7 +123,7 @@ def run(
     if report_dir is not None or prom_file is not None:
         paths = write_reports(data, report_dir or prom_file.parent,  # type: ignore[union-attr]
                               prom_path=prom_file)
-        console.print("reports: " + ", ".join(str(p) for p in paths.values()))
+        console.print("reports: " + ", ".join(str(p) for p in paths.values()), markup=False)
     if json_out:
         emit_json(data)
     else:
@@ -143,20 +143,21 @@ def _print_human(data: dict[str, Any]) -> None:
     if bad:
         t = Table("host", "pool", "differences", box=None, title="drift")
         for x in bad:
-            t.add_row(x["host"], x["pool"] or "", "\n".join(y["text"] for y in x["differences"]))
+            t.add_row(esc(x["host"]), esc(x["pool"] or ""),
+                      esc("\n".join(y["text"] for y in x["differences"])))
         console.print(t)
     flagged = data["trends"]["flagged"]
     if flagged:
         t = Table("host", "gpu", "severity", "flags", box=None, title="trends")
         for g in flagged[:30]:
-            t.add_row(g["host"], str(g["gpu_index"]), g["severity"],
-                      "\n".join(f["message"] for f in g["flags"]))
+            t.add_row(esc(g["host"]), str(g["gpu_index"]), esc(g["severity"]),
+                      esc("\n".join(f["message"] for f in g["flags"])))
         console.print(t)
     q = data["quarantine"]
     for p in q["proposals"]:
         console.print(f"quarantine {p['decision']}: {p['host']} ({p['pool']}): "
-                      + "; ".join(p["reasons"]))
+                      + "; ".join(p["reasons"]), markup=False)
     for a in q["alerts"]:
-        console.print(f"[red]ALERT[/red]: {a}")
+        console.print(f"[red]ALERT[/red]: {esc(a)}")
     for b in data["benchmarks"]:
-        console.print(f"benchmark {b['pool']}: {b['verdict']} {b['reason']}")
+        console.print(f"benchmark {b['pool']}: {b['verdict']} {b['reason']}", markup=False)

@@ -16,6 +16,8 @@ from fleet.lab import lab
 from fleet.lab.paths import LabPaths
 from fleet.lab.perf import parse_perf
 
+JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
+
 app = typer.Typer(
     help="The lab: real sshd hosts (namespaces, overlayfs) with fake NVIDIA packages, a fake NVML "
     "and injectable faults, for rehearsals and integration tests. Root only.",
@@ -71,12 +73,14 @@ def up_cmd(
             help="Slurm HealthCheckInterval in seconds (runs `fleet node-check` in each host).",
         ),
     ] = 10,
+    json_out: JsonFlag = False,
 ) -> None:
     """Build (cached) and start the lab; writes the state read by inventories/lab.py."""
     if mode not in ("netns", "loopback"):
-        raise BadInput.single(f"--mode must be netns or loopback, not {mode!r}")
+        raise BadInput.single(f"expected netns or loopback, not {mode!r}", field="--mode")
     if slurm and mode != "netns":
-        raise BadInput.single("--slurm needs --mode netns (one slurmd per host network)")
+        raise BadInput.single("--slurm needs --mode netns (one slurmd per host network)",
+                              field="--slurm")
     if not matrix.is_file():
         raise BadInput.single("no such file", file=str(matrix), field="--matrix")
     cfg = lab.UpConfig(
@@ -103,6 +107,11 @@ def up_cmd(
             bar.update(task, description=msg, completed=done, total=total)
 
         state = lab.up(paths, cfg, report)
+    if json_out:
+        emit_json({"up": True, "mode": state.mode, "release": state.release,
+                   "hosts": [h.name for h in state.hosts], "run_dir": str(paths.run),
+                   "inventory": "inventories/lab.py", "slurm_conf": state.slurm_conf})
+        return
     console.print(
         f"[green]lab up[/green]: {len(state.hosts)} hosts ({state.mode}), release "
         f"{state.release or 'none'}; inventory: inventories/lab.py "
@@ -118,7 +127,7 @@ def up_cmd(
 
 
 @app.command("down")
-def down_cmd() -> None:
+def down_cmd(json_out: JsonFlag = False) -> None:
     """Stop every host and remove mounts, namespaces, bridge and processes (safe twice)."""
     from fleet.lab.sysutil import require_root
 
@@ -128,13 +137,14 @@ def down_cmd() -> None:
         from fleet.errors import CouldNotComplete
 
         raise CouldNotComplete("teardown left: " + ", ".join(left))
+    if json_out:
+        emit_json({"down": True, "left": []})
+        return
     console.print("lab down: nothing left")
 
 
 @app.command("status")
-def status_cmd(
-    json_: Annotated[bool, typer.Option("--json", help="JSON on stdout.")] = False,
-) -> None:
+def status_cmd(json_: JsonFlag = False) -> None:
     """Hosts, their boot, loaded and pending driver module, packages and injected faults."""
     st = lab.status(LabPaths.from_env())
     if json_:
@@ -167,31 +177,47 @@ def inject_cmd(
     faults: Annotated[
         list[str], typer.Argument(help="Faults: " + ", ".join(F.FAULTS) + ", or KEY=VALUE.")
     ],
+    json_out: JsonFlag = False,
 ) -> None:
     """Inject faults into a host (NVML state, kernel log, sysfs, network, packages)."""
     done = lab.inject(LabPaths.from_env(), host, faults)
-    console.print(f"{host}: injected " + ", ".join(f.name for f in done))
+    if json_out:
+        emit_json({"host": host, "injected": [f.name for f in done]})
+        return
+    console.print(f"{host}: injected " + ", ".join(f.name for f in done), markup=False)
 
 
 @app.command("faults")
-def faults_cmd() -> None:
+def faults_cmd(json_out: JsonFlag = False) -> None:
     """List the faults `inject` knows."""
+    if json_out:
+        emit_json({"faults": [{"name": name, "params": params, "help": text}
+                              for name, (params, text) in F.FAULTS.items()]})
+        return
     for name, (params, text) in F.FAULTS.items():
         p = ",".join(f"{k}={v}" for k, v in params.items())
-        console.print(f"{name}{':' + p if p else ''}  {text}", soft_wrap=True)
+        console.print(f"{name}{':' + p if p else ''}  {text}", soft_wrap=True, markup=False)
 
 
 @app.command("reset")
-def reset_cmd(host: Annotated[str, typer.Argument(help="Host name.")]) -> None:
+def reset_cmd(host: Annotated[str, typer.Argument(help="Host name.")],
+              json_out: JsonFlag = False) -> None:
     """Clear every injected fault on a host (GPU state, sysfs, flags, link)."""
     lab.reset(LabPaths.from_env(), host)
-    console.print(f"{host}: reset")
+    if json_out:
+        emit_json({"host": host, "reset": True})
+        return
+    console.print(f"{host}: reset", markup=False)
 
 
 @app.command("reboot")
-def reboot_cmd(host: Annotated[str, typer.Argument(help="Host name.")]) -> None:
+def reboot_cmd(host: Annotated[str, typer.Argument(help="Host name.")],
+               json_out: JsonFlag = False) -> None:
     """Power-cycle a host and wait until sshd answers again."""
     info = lab.reboot(LabPaths.from_env(), host)
+    if json_out:
+        emit_json({"host": host, "boot_id": info.get("boot_id"), "module": info.get("module")})
+        return
     console.print(
-        f"{host}: booted, boot id {info.get('boot_id')}, module {info.get('module') or 'none'}"
-    )
+        f"{host}: booted, boot id {info.get('boot_id')}, module {info.get('module') or 'none'}",
+        markup=False)

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from fleet.cli.facts_cmd import print_findings
-from fleet.cli.output import console, emit_json
+from fleet.cli.output import console, emit_json, esc
 from fleet.domain.checks import Severity, run_checks, worst, xid_classes
 from fleet.domain.facts import HostFacts, KernelEvent, KernelLog
 from fleet.errors import BadInput, ProblemsFound
@@ -31,8 +31,9 @@ def parse(
 ) -> None:
     """Print the events in a kernel log and the findings they raise.
 
-    `--json` prints a list of events with the stable keys kind, pci, xid, severity, line, text
-    (plus timestamp, uuid, pid, process, device_id, bits). Exit 1 when a finding fails.
+    `--json` prints `{"schema", "file", "events", "findings"}`: each event with the stable keys
+    kind, pci, xid, severity, line, text (plus timestamp, uuid, pid, process, device_id, bits).
+    Exit 1 when a finding fails.
     """
     try:
         raw = file.read_bytes()
@@ -44,13 +45,14 @@ def parse(
     facts = HostFacts(input_file=str(file), kernel_log=KernelLog(source="file", events=events))
     findings = run_checks(facts)
     if json_out:
-        emit_json([e.model_dump(mode="json") for e in events])
+        emit_json({"file": str(file), "events": [e.model_dump(mode="json") for e in events],
+                   "findings": [f.model_dump(mode="json") for f in findings]})
     else:
         for e in events:
             what = f"Xid {e.xid}" if e.kind == "xid" else e.kind
             console.print(
-                f"{file}:{e.line}: {what} {e.pci or '-'} {e.severity or ''}  "
-                f"[dim]{e.text[:120]}[/dim]",
+                f"{esc(file)}:{e.line}: {what} {esc(e.pci or '-')} {e.severity or ''}  "
+                f"[dim]{esc(e.text[:120])}[/dim]",
                 soft_wrap=True,
             )
         console.print(f"{len(events)} event(s)")

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from fleet.cli.output import console, emit_json, print_problems, stdout
+from fleet.cli.output import console, emit_json, error_document, esc, print_problems, stdout
 from fleet.domain.matrix.diff import diff_matrices
 from fleet.domain.matrix.loader import LoadedMatrix, load_matrix
 from fleet.domain.matrix.models import Matrix
@@ -46,8 +46,10 @@ def check(file: FileArg, json: JsonOpt = False) -> None:
     try:
         loaded = _load(file)
     except BadInput as exc:
-        if json:
-            emit_json(_check_report(str(file), exc.problems, valid=False))
+        if json:  # the report, with the `error` every failing command's document has
+            emit_json({**_check_report(str(file), exc.problems, valid=False),
+                       **error_document(int(ExitCode.BAD_INPUT), str(exc), exc.where(),
+                                        exc.problems)})
         raise
     if json:
         emit_json(_check_report(str(file), loaded.warnings, valid=True))
@@ -55,7 +57,7 @@ def check(file: FileArg, json: JsonOpt = False) -> None:
     print_problems(loaded.warnings)
     m = loaded.matrix
     console.print(
-        f"[green]ok[/green]: {file}: {len(m.releases)} releases, {len(m.pools)} pools, "
+        f"[green]ok[/green]: {esc(file)}: {len(m.releases)} releases, {len(m.pools)} pools, "
         f"{len(loaded.warnings)} warning(s)"
     )
 
@@ -102,11 +104,11 @@ def _releases_table(matrix: Matrix) -> Table:
     roles = _roles(matrix)
     for rel in matrix.releases:
         comp = rel.companions.model_dump(exclude_none=True)
-        table.add_row(
+        table.add_row(*(esc(c) for c in (
             rel.name, f"R{rel.branch}", rel.driver.version, rel.driver.flavor, rel.cuda,
             "\n".join(f"{k} {v}" for k, v in comp.items()) or "-",
             "\n".join(roles.get(rel.name, [])) or "-",
-        )
+        )))
     return table
 
 
@@ -118,11 +120,11 @@ def _pools_table(matrix: Matrix) -> Table:
         table.add_column(col)
     for pool, s in matrix.pools.items():
         r = s.rollout
-        table.add_row(
+        table.add_row(*(esc(c) for c in (
             pool, "yes" if s.canary else "", s.gpu_model or "-", matrix.golden_name(pool),
             matrix.policy.previous.get(pool, "-"), ", ".join(str(w) for w in r.waves),
             str(r.max_unavailable), f"{r.bake_minutes} min",
-        )
+        )))
     return table
 
 
@@ -151,17 +153,17 @@ def diff(
     if json:
         emit_json({"old": str(old), "new": str(new), "pools": [p.as_dict() for p in pools]})
         return
-    table = Table(title=f"{old} -> {new}")
+    table = Table(title=esc(f"{old} -> {new}"))
     for col in ("pool", "golden", "component", "old", "new", "kind"):
         table.add_column(col, no_wrap=col in ("pool", "component", "old", "new"))
     for p in pools:
         golden = f"{p.old_release or '-'} -> {p.new_release or '-'}"
         if not p.changes:
-            table.add_row(p.pool, golden, "", "", "", "unchanged")
+            table.add_row(esc(p.pool), esc(golden), "", "", "", "unchanged")
         for i, c in enumerate(p.changes):
             kind = c.kind + (f" ({c.direction})" if c.kind == "branch_switch" else "")
-            table.add_row(p.pool if i == 0 else "", golden if i == 0 else "", c.component,
-                          c.old or "-", c.new or "-", kind)
+            table.add_row(*(esc(x) for x in (p.pool if i == 0 else "", golden if i == 0 else "",
+                                             c.component, c.old or "-", c.new or "-", kind)))
     stdout.print(table)
 
 

@@ -1,23 +1,50 @@
-"""Where output goes: machine JSON on stdout, human text (rich) on stderr."""
+"""Where output goes: machine JSON on stdout, human text (rich) on stderr.
+
+The operator contract (docs/exit-codes.md) is kept here and in `fleet.cli.app.run`:
+
+- every JSON document is an object with a `schema` version, emitted by `emit_json`, at most one
+  per command: with `--json`, stdout holds exactly one document whatever the exit code (the
+  command's own, or an error document written by `emit_error`);
+- user-supplied text (paths, host and pool names, reasons, values, messages from files) is
+  never read as Rich markup or emoji codes: pass it through `esc`, or print a `Text`. Emoji
+  codes are off on both consoles (`:100:` in `m.yaml:100: ...` stays a line number).
+"""
 
 from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import date, datetime
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
+from rich.text import Text
 
 from fleet.errors import Problem
 
-console = Console(stderr=True, highlight=False)
+SCHEMA = 1
+"""Version of every JSON document on stdout: bumped when a key changes meaning or goes away
+(new keys are added without a bump)."""
+
+console = Console(stderr=True, highlight=False, emoji=False)
 """Human-facing output. stdout is reserved for `--json` and plain results."""
 
-stdout = Console(highlight=False, soft_wrap=True)
+stdout = Console(highlight=False, soft_wrap=True, emoji=False)
+
+
+class _State:
+    """What this process has written on stdout: one JSON document at most."""
+
+    emitted = False
+
+
+def esc(value: object) -> str:
+    """`value` as text safe inside a Rich markup string: `[bold]`, `[/x]` print as written."""
+    return escape(str(value))
 
 
 def _default(obj: Any) -> Any:
@@ -36,14 +63,57 @@ def _default(obj: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 
-def emit_json(obj: Any) -> None:
-    """Print one JSON document on stdout, keys sorted so output is stable across runs."""
-    sys.stdout.write(json.dumps(obj, default=_default, sort_keys=True, indent=2) + "\n")
+def emit_json(obj: Mapping[str, Any]) -> None:
+    """Print the command's one JSON document on stdout: an object with `schema` first among
+    sorted keys, so output is stable across runs."""
+    if not isinstance(obj, Mapping):
+        raise TypeError("a JSON document on stdout is an object (it carries `schema`)")
+    doc = {**obj, "schema": SCHEMA}
+    sys.stdout.write(json.dumps(doc, default=_default, sort_keys=True, indent=2) + "\n")
     sys.stdout.flush()
+    _State.emitted = True
+
+
+def start_command() -> None:
+    """A new command begins (`fleet.cli.app.run`; tests run several in one process)."""
+    _State.emitted = False
+
+
+def emitted() -> bool:
+    """Whether a JSON document is on stdout already."""
+    return _State.emitted
+
+
+def error_document(code: int, message: str, where: Mapping[str, object] | None = None,
+                   problems: Iterable[Problem] = ()) -> dict[str, Any]:
+    where = dict(where or {})
+    err: dict[str, Any] = {
+        "code": code, "message": message,
+        "where": {"file": where.get("file"), "line": where.get("line"),
+                  "field": where.get("field")},
+    }
+    listed = [p.as_dict() for p in problems]
+    if listed:
+        err["problems"] = listed
+    return {"error": err}
+
+
+def emit_error(code: int, message: str, where: Mapping[str, object] | None = None,
+               problems: Iterable[Problem] = ()) -> None:
+    """The error document of `--json`, unless the command already printed its own document
+    (stdout holds one document, never two)."""
+    if not _State.emitted:
+        emit_json(error_document(code, message, where, problems))
+
+
+def print_error(message: str, label: str = "error", style: str = "red") -> None:
+    """One `label: message` line on stderr; the message is printed as written."""
+    console.print(Text.assemble((label, style), ": ", message), soft_wrap=True)
 
 
 def print_problems(problems: Iterable[Problem]) -> None:
     for p in problems:
-        style = "red" if p.severity == "error" else "yellow"
-        label = "error" if p.severity == "error" else "warning"
-        console.print(f"[{style}]{label}[/{style}]: {p}", markup=True, soft_wrap=True)
+        if p.severity == "error":
+            print_error(str(p))
+        else:
+            print_error(str(p), "warning", "yellow")

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from fleet.cli.output import console, emit_json
+from fleet.cli.output import console, emit_json, esc
 from fleet.domain.checks import Severity
 from fleet.errors import BadInput, CouldNotComplete, ProblemsFound
 
@@ -30,8 +30,8 @@ def _findings_table(rows: list[dict[str, object]]) -> Table:
     t = Table("host", "severity", "check", "gpu", "remediation", "message", box=None)
     for r in rows:
         sev = str(r["severity"])
-        t.add_row(str(r["host"]), f"[{_STYLE.get(sev, '')}]{sev}[/]", str(r["check"]),
-                  str(r.get("gpu") or ""), str(r.get("remediation") or ""), str(r["message"]))
+        t.add_row(esc(r["host"]), f"[{_STYLE.get(sev, '')}]{esc(sev)}[/]", esc(r["check"]),
+                  esc(r.get("gpu") or ""), esc(r.get("remediation") or ""), esc(r["message"]))
     return t
 
 
@@ -88,8 +88,9 @@ def probe(
         for r in results:
             worst = min((f.severity.value for f in r.findings),
                         key=lambda s: _RANK.get(s, 3), default="ok")
-            t.add_row(r.host, r.pool or "", "yes" if r.reachable else f"[red]no[/]: {r.error}",
-                      r.facts.source if r.facts else "", (r.facts.versions.driver_library or "")
+            t.add_row(esc(r.host), esc(r.pool or ""),
+                      "yes" if r.reachable else f"[red]no[/]: {esc(r.error)}",
+                      r.facts.source if r.facts else "", esc(r.facts.versions.driver_library or "")
                       if r.facts else "", str(len(r.facts.gpus)) if r.facts else "",
                       f"[{_STYLE[worst]}]{worst}[/]")
         console.print(t)
@@ -119,7 +120,7 @@ def check(
 
     rows: list[dict[str, object]] = []
     unreachable: list[str] = []
-    with open_history(settings(ctx).db) as history:
+    with open_history(settings(ctx).db, create=False) as history:
         for h, snap in latest_snapshots(history, pool=pool, hosts=host):
             if not snap.reachable or snap.source == "none" and "error" in (snap.facts or {}):
                 unreachable.append(h.name)

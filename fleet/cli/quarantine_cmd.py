@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from fleet.cli.output import console, emit_json
+from fleet.cli.output import console, emit_json, esc
 from fleet.errors import BadInput, CouldNotComplete
 
 app = typer.Typer(help="Hosts in quarantine: list them, release one.", no_args_is_help=True)
@@ -36,7 +36,7 @@ def list_cmd(
     """Hosts in quarantine (open ones unless --all): why, since when, by whom."""
     from fleet.history import list_quarantines, open_history
 
-    with open_history(_db(ctx)) as history:
+    with open_history(_db(ctx), create=False) as history:
         rows = list_quarantines(history, open_only=not all_)
     items: list[dict[str, Any]] = [
         {"host": h.name, "pool": h.pool, "reason": q.reason, "opened_at": q.opened_at,
@@ -50,8 +50,8 @@ def list_cmd(
         return
     t = Table("host", "pool", "since", "by", "reason", box=None)
     for i in items:
-        t.add_row(i["host"], i["pool"], i["opened_at"].isoformat(timespec="minutes"),
-                  i["opened_by"], i["reason"])
+        t.add_row(esc(i["host"]), esc(i["pool"]), i["opened_at"].isoformat(timespec="minutes"),
+                  esc(i["opened_by"]), esc(i["reason"]))
     console.print(t)
 
 
@@ -78,7 +78,7 @@ def release(
         raise BadInput.single("a reason is required", field="--reason")
     sched = make_scheduler(scheduler)
     now = datetime.now(UTC)
-    with open_history(_db(ctx)) as history:
+    with open_history(_db(ctx), create=False) as history:
         if not any(h.name == host for _q, h in list_quarantines(history)):
             raise BadInput.single(f"{host} is not in quarantine (fleet quarantine list)",
                                   field="HOST")
@@ -100,4 +100,4 @@ def release(
     if json_out:
         emit_json({"host": host, "released": True, "action": action})
     else:
-        console.print(f"{host}: quarantine closed ({action})")
+        console.print(f"{host}: quarantine closed ({action})", markup=False)

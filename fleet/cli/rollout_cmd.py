@@ -24,7 +24,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from fleet.cli.output import console, emit_json
+from fleet.cli.output import console, emit_json, esc
 from fleet.domain.matrix.models import Matrix
 from fleet.domain.plan import RolloutPlan
 from fleet.domain.ports import AdminState, HostRef
@@ -112,28 +112,30 @@ def _print(plan: RolloutPlan) -> None:
     for p in plan.pools:
         sizes = [len(w.hosts) for w in p.waves]
         shown = ", ".join(map(str, sizes[:12])) + (" ..." if len(sizes) > 12 else "")
-        t.add_row(p.pool, p.release, "yes" if p.canary else "", str(len(p.hosts)),
+        t.add_row(esc(p.pool), esc(p.release), "yes" if p.canary else "", str(len(p.hosts)),
                   str(len(p.waves)), shown, str(len(p.skipped)),
                   f"{p.max_unavailable} ({len(p.unavailable)} out now)"
                   + (" [red]blocked[/]" if p.blocked else ""))
     console.print(t)
     for p in plan.pools:
-        console.print(f"\n[bold]{p.pool}[/bold] -> {p.release}")
+        console.print(f"\n[bold]{esc(p.pool)}[/bold] -> {esc(p.release)}")
         for w in p.waves[:_SHOW]:
-            console.print(f"  wave {w.index}: {len(w.hosts)} host(s): {_short(w.hosts)}")
+            console.print(f"  wave {w.index}: {len(w.hosts)} host(s): {_short(w.hosts)}",
+                          markup=False)
         if len(p.waves) > _SHOW:
             console.print(f"  ... {len(p.waves) - _SHOW} more wave(s)")
         reasons: dict[str, list[str]] = {}
         for host, why in p.skipped.items():
             reasons.setdefault(why, []).append(host)
         for why, hosts in sorted(reasons.items()):
-            console.print(f"  [dim]skipped ({why}): {_short(hosts)}[/dim]")
+            console.print(f"  [dim]{esc(f'skipped ({why}): {_short(hosts)}')}[/dim]")
         for note in p.notes:
-            console.print(f"  [yellow]note[/yellow]: {note}")
+            console.print(f"  [yellow]note[/yellow]: {esc(note)}")
         if p.blocked:
-            console.print(f"  [red]blocked[/red]: {p.blocked}")
+            console.print(f"  [red]blocked[/red]: {esc(p.blocked)}")
     if plan.unassigned:
-        console.print(f"\n[yellow]in no pool[/yellow] (never moved): {_short(plan.unassigned)}")
+        console.print(f"\n[yellow]in no pool[/yellow] (never moved): "
+                      f"{esc(_short(plan.unassigned))}")
 
 
 @app.command("plan")
@@ -318,7 +320,7 @@ def _wave_table(engine: Any) -> Any:
         shown = bench.get("verdict") or health.get("verdict") or ""
         colour = {"pass": "green", "fail": "red", "inconclusive": "yellow",
                   "error": "yellow"}.get(w["verdict"] or "", "white")
-        t.add_row(str(w["index"]), w["pool"], str(w["hosts"]), w["status"],
+        t.add_row(str(w["index"]), esc(w["pool"]), str(w["hosts"]), w["status"],
                   f"[{colour}]{w['verdict'] or ''}[/]",
                   ", ".join(f"{n} {s}" for s, n in w["states"].items()), shown)
     lines = _waiting_lines(_waiting(engine.steps.values()))
@@ -367,7 +369,7 @@ def _drive(ctx: typer.Context, matrix_path: str, source: dict[str, Any], json_ou
     if json_out:
         emit_json(doc)
     console.print(f"rollout {result.rollout_id}: [bold]{result.status}[/bold]"
-                  + (f": {result.reason}" if result.reason else ""), soft_wrap=True)
+                  + (f": {esc(result.reason)}" if result.reason else ""), soft_wrap=True)
     if result.status in ("rolled_back", "aborted", "failed"):
         raise ProblemsFound(f"rollout {result.rollout_id} {result.status}")
     if result.status in ("paused", "aborting", "running", "rolling_back"):
@@ -452,7 +454,7 @@ def _recorded(ctx: typer.Context, rollout_id: int) -> tuple[str, dict[str, Any]]
     from fleet.history import open_history
     from fleet.history.rollouts import get_rollout, start_data
 
-    with open_history(settings(ctx).db) as history:
+    with open_history(settings(ctx).db, create=False) as history:
         ro = get_rollout(history, rollout_id)
         if ro is None:
             raise BadInput.single(f"no rollout {rollout_id} in the history", field="ID")
@@ -469,7 +471,7 @@ def _options(ctx: typer.Context, rollout_id: int) -> dict[str, Any]:
     from fleet.history import open_history
     from fleet.history.rollouts import start_data
 
-    with open_history(settings(ctx).db) as history:
+    with open_history(settings(ctx).db, create=False) as history:
         opts = start_data(history, rollout_id).get("options") or {}
     return {k: v for k, v in opts.items() if k in ("rollback_scope", "stale_after_s",
                                                   "bench_hosts")}
@@ -561,7 +563,7 @@ def status_cmd(ctx: typer.Context,
     from fleet.history import open_history
     from fleet.history.rollouts import get_rollout, list_rollouts
 
-    with open_history(settings(ctx).db) as history:
+    with open_history(settings(ctx).db, create=False) as history:
         ro = (get_rollout(history, rollout_id) if rollout_id is not None
               else next(iter(list_rollouts(history, limit=1)), None))
         if ro is None:
@@ -572,13 +574,14 @@ def status_cmd(ctx: typer.Context,
         emit_json(doc)
         return
     console.print(f"rollout {doc['id']}: [bold]{doc['status']}[/bold] of "
-                  f"{', '.join(doc['pools'])} to {doc['release']} (by {doc['started_by']})")
+                  + esc(f"{', '.join(doc['pools'])} to {doc['release']} (by {doc['started_by']})"))
     if doc["lock"]:
-        console.print(f"  lock: {doc['lock']['owner']} pid {doc['lock']['pid']}, heartbeat "
+        console.print(f"  lock: {esc(doc['lock']['owner'])} pid {doc['lock']['pid']}, heartbeat "
                       f"{doc['lock']['heartbeat']}")
     t = Table("wave", "pool", "hosts", "status", "verdict", "host states", box=None)
     for w in doc["waves"]:
-        t.add_row(str(w["index"]), w["pool"], str(w["hosts"]), w["status"], w["verdict"] or "",
+        t.add_row(str(w["index"]), esc(w["pool"]), str(w["hosts"]), w["status"],
+                  w["verdict"] or "",
                   ", ".join(f"{n} {s}" for s, n in w["states"].items()))
     console.print(t)
     for line in _waiting_lines(doc["waiting"]):
@@ -594,7 +597,7 @@ def history_cmd(ctx: typer.Context,
     from fleet.history import open_history
     from fleet.history.rollouts import list_rollouts, scope_pools
 
-    with open_history(settings(ctx).db) as history:
+    with open_history(settings(ctx).db, create=False) as history:
         rows = list_rollouts(history, limit=limit)
     docs: list[dict[str, Any]] = [{"id": r.id, "status": r.status, "release": r.release,
              "pools": scope_pools(r.scope), "started_by": r.started_by,
@@ -604,7 +607,7 @@ def history_cmd(ctx: typer.Context,
         return
     t = Table("id", "status", "pools", "release", "started", "ended", "by", box=None)
     for d in docs:
-        t.add_row(str(d["id"]), d["status"], ", ".join(d["pools"]), d["release"],
+        t.add_row(str(d["id"]), d["status"], esc(", ".join(d["pools"])), esc(d["release"]),
                   d["started_at"].isoformat(timespec="seconds"),
                   d["ended_at"].isoformat(timespec="seconds") if d["ended_at"] else "",
                   d["started_by"])

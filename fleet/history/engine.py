@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -33,6 +34,9 @@ class History:
 
     engine: Engine
     url: URL
+    created: Path | None = None
+    """The SQLite file this open created (None when it existed, or for a server): removed
+    again when the command fails before anything was recorded (`__exit__`)."""
 
     @property
     def dialect(self) -> str:
@@ -65,8 +69,24 @@ class History:
     def __enter__(self) -> History:
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *_rest: object) -> None:
         self.close()
+        if exc_type is not None:
+            self.discard_if_empty()
+
+    def discard_if_empty(self) -> None:
+        """Remove the file this open created when it holds no record (a command that failed on
+        bad input, after opening the history, leaves no database behind)."""
+        path, self.created = self.created, None
+        if path is None or not path.exists():
+            return
+        try:
+            empty = _holds_nothing(path)
+        except sqlite3.Error:
+            return
+        if empty:
+            for leftover in (path, *(Path(f"{path}{s}") for s in ("-wal", "-shm", "-journal"))):
+                leftover.unlink(missing_ok=True)
 
 
 def parse_target(url_or_path: str) -> URL:
@@ -83,11 +103,28 @@ def parse_target(url_or_path: str) -> URL:
         raise BadInput.single(f"not a database URL: {e}", field="--db") from None
 
 
-def open_history(url_or_path: str, *, migrate: bool = True) -> History:
-    """Open (creating if needed) the history and bring its schema to the latest migration."""
+CREATE_HINT = ("create it with `fleet history migrate --db {path}`, or run a command that records "
+               "something (`fleet probe -i INVENTORY`)")
+
+
+def open_history(url_or_path: str, *, migrate: bool = True, create: bool = True) -> History:
+    """Open the history and bring its schema to the latest migration.
+
+    `create=False` is for commands that only read (reports, `check`, `status`): a SQLite file
+    that does not exist is bad input naming the path and how to create it, and nothing is
+    created. With `create=True` a new file is made; it is removed again if the command fails
+    before recording anything (see `History.__exit__`).
+    """
     url = parse_target(url_or_path)
-    engine = _sqlite_engine(url) if url.get_backend_name() == "sqlite" else _server_engine(url)
-    history = History(engine=engine, url=url)
+    created: Path | None = None
+    if url.get_backend_name() == "sqlite":
+        engine = _sqlite_engine(url)  # no I/O yet: connections are made on first use
+        path = _sqlite_file(url)
+        if path is not None:
+            created = _check_sqlite_path(Path(path), create=create)
+    else:
+        engine = _server_engine(url)
+    history = History(engine=engine, url=url, created=created)
     try:
         _probe_connection(history)
         if migrate and not at_head(history):
@@ -96,8 +133,35 @@ def open_history(url_or_path: str, *, migrate: bool = True) -> History:
             upgrade_if_needed(history)
     except BaseException:
         engine.dispose()
+        history.discard_if_empty()
         raise
     return history
+
+
+def _check_sqlite_path(path: Path, *, create: bool) -> Path | None:
+    """Refuse what cannot be a history file; create a new one (0600) when allowed. Returns the
+    path when this call created it."""
+    if path.is_dir():
+        raise BadInput.single("a directory, not a history database file: give a file path "
+                              "(fleet.db) or a database URL", file=str(path), field="--db")
+    if path.exists():
+        return None
+    if not create:
+        raise BadInput.single("no history database here yet: " + CREATE_HINT.format(path=path),
+                              file=str(path), field="--db")
+    return path if _create_private_file(path) else None
+
+
+def _holds_nothing(path: Path) -> bool:
+    """Whether a SQLite file has no row in any table but alembic's revision."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1)
+    try:
+        tables = [r[0] for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' "
+            "AND name NOT LIKE 'sqlite_%' AND name != 'alembic_version'")]
+        return not any(conn.execute(f'SELECT 1 FROM "{t}" LIMIT 1').fetchone() for t in tables)
+    finally:
+        conn.close()
 
 
 _VERSIONS = Path(__file__).resolve().parent / "migrations" / "versions"
@@ -154,27 +218,28 @@ def _sqlite_file(url: URL) -> str | None:
     return db
 
 
-def _create_private_file(path: Path) -> None:
-    """Create the database file 0600 before SQLite does (it would honour the umask, often 0644)."""
+def _create_private_file(path: Path) -> bool:
+    """Create the database file 0600 before SQLite does (it would honour the umask, often 0644).
+    True when this call created it."""
     if not path.parent.is_dir():
         raise BadInput.single(f"directory {path.parent} does not exist", file=str(path),
                               field="--db")
     try:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
     except FileExistsError:
-        return  # another process won the race, or it existed: leave its mode alone
+        return False  # another process won the race, or it existed: leave its mode alone
     except OSError as e:
-        raise CouldNotComplete(f"cannot create history database {path}: {e.strerror}") from None
+        raise CouldNotComplete(f"cannot create history database {path}: {e.strerror}",
+                               file=str(path), field="--db") from None
     try:
         os.fchmod(fd, 0o600)
     finally:
         os.close(fd)
+    return True
 
 
 def _sqlite_engine(url: URL) -> Engine:
     path = _sqlite_file(url)
-    if path is not None:
-        _create_private_file(Path(path))
     try:
         engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_S})
     except (exc.ArgumentError, exc.NoSuchModuleError) as e:
@@ -226,18 +291,25 @@ def _probe_connection(history: History) -> None:
 @contextmanager
 def translate_errors(history: History) -> Iterator[None]:
     """Database failures become `CouldNotComplete` naming the URL (password masked)."""
+    file = _sqlite_file(history.url) if history.dialect == "sqlite" else None
     try:
         yield
-    except exc.OperationalError as e:
-        raise CouldNotComplete(
-            f"history database {history.display_url}: {_first_line(e.orig or e)}"
-        ) from e
-    except exc.DatabaseError as e:
-        if history.dialect == "sqlite" and "not a database" in str(e.orig):
+    except exc.DatabaseError as e:  # OperationalError included
+        reason = _first_line(e.orig or e)
+        if file is not None and any(m in reason for m in _DAMAGED):
             raise CouldNotComplete(
-                f"history database {history.display_url}: file is not a SQLite database"
-            ) from e
+                f"history database {file} is damaged or not a SQLite database ({reason}): "
+                "restore it from a backup, or move it away and give --db another file",
+                file=file, field="--db") from e
+        if isinstance(e, exc.OperationalError):
+            raise CouldNotComplete(f"history database {history.display_url}: {reason}",
+                                   file=file, field="--db") from e
         raise
+
+
+_DAMAGED = ("not a database", "malformed", "disk image", "file is encrypted", "corrupt")
+"""SQLite's words for a file it cannot read as a database (truncated, overwritten, another
+file): reported naming the file, never as an internal error."""
 
 
 def _first_line(e: BaseException) -> str:
