@@ -21,7 +21,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from fleet.cli.output import console, emit_json
+from fleet.cli.output import console, emit_json, esc
 from fleet.errors import BadInput, CouldNotComplete, Problem, ProblemsFound
 
 app = typer.Typer(help="Benchmarks (synthetic and trace replay) and the canary judge.",
@@ -88,10 +88,10 @@ def compare(
     else:
         t = Table("metric", "verdict", "crit", "reason", box=None)
         for m in result.metrics:
-            t.add_row(m.metric, f"[{_STYLE[m.verdict]}]{m.verdict}[/]",
-                      "yes" if m.critical else "no", m.reason.split(": ", 2)[-1])
+            t.add_row(esc(m.metric), f"[{_STYLE[m.verdict]}]{m.verdict}[/]",
+                      "yes" if m.critical else "no", esc(m.reason.split(": ", 2)[-1]))
         console.print(t)
-        console.print(f"[{_STYLE[result.verdict]}]{result.verdict}[/]: {result.reason}",
+        console.print(f"[{_STYLE[result.verdict]}]{result.verdict}[/]: {esc(result.reason)}",
                       soft_wrap=True)
     if result.verdict == "fail":
         raise ProblemsFound("the canary fails the judge")
@@ -167,7 +167,8 @@ def run(
         t = Table("host", "pool", "ok", "summary", box=None)
         for r in results:
             summary = ", ".join(f"{k}={_short(v)}" for k, v in list(r.summary.items())[:8])
-            t.add_row(r.host, r.pool or "", "yes" if r.ok else f"[red]no[/]: {r.error}", summary)
+            t.add_row(esc(r.host), esc(r.pool or ""),
+                      "yes" if r.ok else f"[red]no[/]: {esc(r.error)}", esc(summary))
         console.print(t)
     failed = [r.host for r in results if not r.ok]
     if failed:
@@ -212,6 +213,9 @@ def trace_from_log(
         = False,
     skip_bad: Annotated[bool, typer.Option(
         help="Skip unreadable lines (counted) instead of refusing the log.")] = False,
+    json_out: Annotated[bool, typer.Option(
+        "--json", help="A summary on stdout (needs --output: the trace goes to the file).")
+    ] = False,
 ) -> None:
     """Convert an access log into a replay trace (JSON lines, arrival offsets in seconds)."""
     from fleet.domain.tracelog import MAX_PROBLEMS
@@ -219,6 +223,9 @@ def trace_from_log(
 
     if fmt not in ("auto", "nginx", "jsonl"):
         raise BadInput.single("expected auto, nginx or jsonl", field="--format")
+    if json_out and output is None:
+        raise BadInput.single("with --json stdout holds the summary: write the trace to a file "
+                              "with --output FILE", field="--output")
     if not log.is_file():
         raise BadInput.single("no such file", file=str(log))
     with log.open(encoding="utf-8", errors="replace") as f:
@@ -238,9 +245,15 @@ def trace_from_log(
     else:
         output.write_text(text)
     span = trace[-1]["t"]
+    if json_out:
+        emit_json({"log": str(log), "output": str(output), "requests": len(trace),
+                   "span_s": span, "skipped": len(problems),
+                   "skipped_lines": [p.as_dict() for p in problems[:MAX_PROBLEMS]]})
+        return
     console.print(f"{len(trace)} requests over {span:.1f} s "
                   f"({len(trace) / span if span else float('nan'):.1f}/s)"
-                  + (f", {len(problems)} unreadable line(s) skipped" if problems else ""))
+                  + (f", {len(problems)} unreadable line(s) skipped" if problems else ""),
+                  markup=False)
 
 
 app.command("run")(run)
