@@ -202,7 +202,8 @@ def faults_cmd(json_out: JsonFlag = False) -> None:
 @app.command("reset")
 def reset_cmd(host: Annotated[str, typer.Argument(help="Host name.")],
               json_out: JsonFlag = False) -> None:
-    """Clear every injected fault on a host (GPU state, sysfs, flags, link)."""
+    """Clear every injected fault on a host (GPU state, sysfs, flags, link); with Slurm, also
+    resume the node if fleet's health check drained it."""
     lab.reset(LabPaths.from_env(), host)
     if json_out:
         emit_json({"host": host, "reset": True})

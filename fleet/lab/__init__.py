@@ -7,4 +7,6 @@ Root only. Layers inside this package (imports point down):
     repo.py (fake .debs from the matrix)         base.py (cached mmdebstrap rootfs)
     nvml_build.py (compile nvml/fakenvml.c)      perf.py (benchmark + model server on the host)
     paths.py (cache and run directories)         sysutil.py (subprocess, mounts, root checks)
+    slurm.py (--slurm: slurm.conf, munged, slurmctld, slurmd per host)
+    hostfleet.py (the controller's fleet, runnable inside every host)
 """

@@ -19,8 +19,8 @@ from typing import Any
 
 from fleet.errors import BadInput, CouldNotComplete
 from fleet.lab import faults as F
+from fleet.lab import hostfleet, nvml_build, repo
 from fleet.lab import hosts as H
-from fleet.lab import nvml_build, repo
 from fleet.lab import slurm as S
 from fleet.lab.base import BaseRecipe, ensure_base
 from fleet.lab.model import BRIDGE, BRIDGE_ADDR, REPO_PORT, LabState, Mode, plan_hosts
@@ -171,7 +171,9 @@ def up(paths: LabPaths, cfg: UpConfig, progress: Progress = _quiet) -> LabState:
             slurm=cfg.slurm,
             slurm_conf=str(conf) if conf else None,
             health_check_interval=cfg.health_check_interval if cfg.slurm else None,
-            fleet_binds=[str(d) for d in S.fleet_dirs()] if S.fleet_runs_in_hosts() else [],
+            fleet_binds=[str(d) for d in hostfleet.fleet_dirs()]
+            if hostfleet.fleet_runs_in_hosts()
+            else [],
         )
         atomic_write(paths.state_file, state.to_json())
         _start_daemon(paths, cfg.model_server)
@@ -468,9 +470,14 @@ def inject(paths: LabPaths, host: str, specs: list[str]) -> list[F.Fault]:
 
 
 def reset(paths: LabPaths, host: str) -> None:
+    """Clear a host's injected faults; with Slurm, also resume the node if `fleet node-check`
+    (the HealthCheckProgram) drained it, since that drain came with the faults."""
     require_root("`fleet lab reset`")
     state = load_state(paths)
-    H.reset_host(paths, _host(state, host))
+    h = _host(state, host)
+    H.reset_host(paths, h)
+    if state.slurm_conf and _daemon_pid(paths) is not None:
+        S.resume_health_drain(state.slurm_conf, h.name)
 
 
 def reboot(paths: LabPaths, host: str, wait: bool = True, timeout: float = 30) -> dict[str, object]:

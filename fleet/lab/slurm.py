@@ -27,14 +27,13 @@ import shutil
 import socket
 import stat
 import subprocess
-import sys
-import sysconfig
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from fleet.errors import CouldNotComplete
+from fleet.lab import hostfleet
 from fleet.lab.model import BRIDGE_ADDR, HostSpec, LabState
 from fleet.lab.paths import LabPaths
 from fleet.lab.sysutil import atomic_write, run
@@ -44,7 +43,6 @@ SLURMD_PORT = 6918
 HEALTHCHECK = "/usr/local/sbin/fleet-lab-healthcheck"
 REBOOT_PROGRAM = "/sbin/reboot"  # the lab's fake: kills the host's PID 1, the daemon boots it again
 GRES_DEV = "/var/lib/gpusim/dev"  # static nodes: /dev/nvidia* vanish with the driver (trap 2)
-FLEET_WRAPPER = "/usr/local/bin/fleet"
 OWNER_ENV = "FLEET_LAB_OWNED"  # marks controller-side processes so `down` finds them all
 ALL_PARTITION = "lab"
 DEFAULT_HEALTH_INTERVAL = 10
@@ -247,7 +245,8 @@ if ! command -v fleet >/dev/null 2>&1; then
   [ -z "${pause:-}" ] || wait "$pause"
   exit 0
 fi
-out=$(fleet node-check 2>&1)
+# nice: the lab's benchmarks share the machine's CPUs with every host's health check
+out=$(nice -n 10 fleet node-check 2>&1)
 rc=$?
 [ -z "${pause:-}" ] || wait "$pause"
 case "$out" in
@@ -258,69 +257,13 @@ exit $rc
 """
 
 
-def fleet_wrapper(pythonpath: Sequence[Path]) -> str:
-    """/usr/local/bin/fleet in the host: the host's python3 on the controller's fleet."""
-    pp = ":".join(str(p) for p in pythonpath)
-    return (
-        "#!/bin/sh\n"
-        "# fleet lab: the controller's fleet (bound read-only into this host) on this host's "
-        "python3\n"
-        f"PYTHONPATH={shlex.quote(pp)}${{PYTHONPATH:+:$PYTHONPATH}} exec /usr/bin/python3 -m fleet "
-        '"$@"\n'
-    )
-
-
-# ------------------------------------------------------------------------------ fleet in the host
-def fleet_dirs() -> list[Path]:
-    """Directories that hold the controller's `fleet` and its dependencies: the folder above the
-    fleet package (the source tree when installed editable) and this interpreter's
-    site-packages. Nested ones are dropped (one bind covers them)."""
-    import fleet
-
-    cands = [Path(fleet.__file__).resolve().parent.parent]
-    for key in ("purelib", "platlib"):
-        cands.append(Path(sysconfig.get_paths()[key]).resolve())
-    out: list[Path] = []
-    for c in cands:
-        if c not in out and c.is_dir():
-            out.append(c)
-    return [c for c in out if not any(o != c and o in c.parents for o in out)]
-
-
-def fleet_pythonpath() -> list[Path]:
-    """The PYTHONPATH for the host's python3: the fleet source folder, then site-packages."""
-    import fleet
-
-    src = Path(fleet.__file__).resolve().parent.parent
-    paths = [src]
-    for key in ("purelib", "platlib"):
-        p = Path(sysconfig.get_paths()[key]).resolve()
-        if p not in paths:
-            paths.append(p)
-    return paths
-
-
-_SYSTEM_DIRS = ("/usr", "/etc", "/lib", "/bin", "/sbin", "/var", "/boot", "/dev", "/proc", "/sys")
-
-
-def fleet_runs_in_hosts() -> bool:
-    """The hosts run Debian 12's python3 (3.11): compiled dependencies need the same ABI; and a
-    fleet installed into a system folder would hide the host's own files if bound over them."""
-    return sys.version_info[:2] == (3, 11) and not any(
-        str(d) == "/" or str(d) == s or str(d).startswith(s + "/")
-        for d in fleet_dirs()
-        for s in _SYSTEM_DIRS
-    )
-
-
 # ------------------------------------------------------------------------------ files
 def write_layer(paths: LabPaths, conf: Path | None) -> None:
-    """Lab layer additions: health check, fleet wrapper, static GPU device nodes, and
+    """Lab layer additions: health check, the fleet wrapper, static GPU device nodes, and
     /etc/slurm pointing at the lab's config (so scontrol inside a host needs no SLURM_CONF)."""
     L = paths.layer
     atomic_write(L / HEALTHCHECK.lstrip("/"), HEALTHCHECK_SCRIPT, 0o755)
-    if fleet_runs_in_hosts():
-        atomic_write(L / FLEET_WRAPPER.lstrip("/"), fleet_wrapper(fleet_pythonpath()), 0o755)
+    hostfleet.write_wrapper(L)
     dev = L / GRES_DEV.lstrip("/")
     dev.mkdir(parents=True, exist_ok=True)
     for i in range(MAX_GPUS):
@@ -507,6 +450,25 @@ def node_states(conf: Path | str, timeout: float = 5) -> dict[str, tuple[str, st
         if len(parts) == 3:
             out[parts[0]] = (parts[1], "" if parts[2] == "none" else parts[2])
     return out
+
+
+HEALTH_DRAIN = "fleet: health:"  # the reason prefix of `fleet node-check`'s drains
+
+
+def resume_health_drain(conf: Path | str, node: str) -> bool:
+    """Resume the node if `fleet node-check` drained it (for `fleet lab reset`: the drain an
+    injected fault caused goes with the fault). Any other drain or down is left alone."""
+    state, reason = node_states(conf).get(node, ("", ""))
+    if not reason.startswith(HEALTH_DRAIN):
+        return False
+    cp = subprocess.run(
+        ["scontrol", "update", f"nodename={node}", "state=resume"],
+        capture_output=True,
+        env=env(conf),
+        timeout=10,
+        check=False,
+    )
+    return cp.returncode == 0
 
 
 def wait_idle(paths: LabPaths, state: LabState, timeout: float = 60) -> float:

@@ -18,6 +18,15 @@ OLD = ("nvidia-driver-550-open", "550.127.05")
 SYSLOG = re.compile(r"^[A-Z][a-z]{2} [ 1-3][0-9] \d\d:\d\d:\d\d lab-h\d+ kernel: \[ *\d+\.\d{6}\] ")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _clean_after(lab_paths, lab_state):  # noqa: ANN001, ANN202
+    """The session lab runs Slurm, whose health check (`fleet node-check`) drains a node showing
+    an injected fault: leave every host without faults and without such a drain."""
+    yield
+    for h in lab_state.hosts:
+        lab.reset(lab_paths, h.name)
+
+
 def test_strict_host_key_checking(hosts, lab_paths, lab_state) -> None:
     h1 = hosts["h1"]
     assert h1.sh("hostname")[1].strip() == "lab-h1"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from fleet.lab import hostfleet
 from fleet.lab import slurm as S
 from fleet.lab.model import plan_hosts
 
@@ -101,12 +102,12 @@ def test_no_slurm_means_only_the_fleet_binds() -> None:
 
 def test_fleet_wrapper_runs_the_hosts_python_on_the_controllers_fleet() -> None:
     site = Path("/work/main/.venv/lib/python3.11/site-packages")
-    text = S.fleet_wrapper([Path("/work/main"), site])
+    text = hostfleet.fleet_wrapper([Path("/work/main"), site])
     assert text.startswith("#!/bin/sh\n")
     assert "PYTHONPATH=/work/main:/work/main/.venv/lib/python3.11/site-packages" in text
     assert 'exec /usr/bin/python3 -m fleet "$@"' in text
 
 
 def test_fleet_dirs_are_not_nested() -> None:
-    dirs = S.fleet_dirs()
+    dirs = hostfleet.fleet_dirs()
     assert dirs and all(not any(o != d and o in d.parents for o in dirs) for d in dirs)
