@@ -235,6 +235,8 @@ HEALTHCHECK_SCRIPT = """#!/bin/sh
 # least 1.1 s: slurmctld counts a node's boot in whole seconds (now - uptime, uptime counted from
 # slurmd's start with -b), and a registration less than a second after the start could place the
 # boot in the very second of a later `scontrol reboot`, which then never completes (trap 8).
+PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin  # slurmd passes no PATH
+export PATH
 first=/run/fleet-lab-healthcheck.slurmd-$PPID
 if [ ! -e "$first" ]; then
   : > "$first"

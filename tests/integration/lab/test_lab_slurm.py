@@ -258,8 +258,12 @@ def test_fleet_and_the_health_check_run_inside_a_host(hosts, lab_state) -> None:
     assert rc == 0 and "lab" in out and "Usage" in out, err
     for d in lab_state.fleet_binds:
         assert h.sh(f"touch {d}/.fleet-lab-rw-test", check=False)[0] != 0, f"{d} is read-only"
-    rc, out, err = h.sh("/usr/local/sbin/fleet-lab-healthcheck", check=False)
-    assert rc == 0, out + err  # without `fleet node-check` it passes; with it, its own verdict
+    rc, out, err = h.sh("env -i /usr/local/sbin/fleet-lab-healthcheck", check=False)
+    assert rc in (0, 1), out + err  # node-check's verdict (1: failing findings) or no node-check
+    assert "not found" not in out + err and "No such file" not in out + err
+    # as slurmd runs it (no PATH): never "command not found" (rc 127) in slurmd's log
+    log = h.sh("cat /var/log/slurm/slurmd.log")[1]
+    assert "health_check failed: rc:127" not in log
     assert h.sh("scontrol show node h2 | head -1")[1].startswith("NodeName=h2"), "scontrol in host"
 
 
