@@ -11,7 +11,8 @@ import typer
 from rich.table import Table
 
 from fleet.cli.output import console, emit_json, esc
-from fleet.errors import BadInput, CouldNotComplete, ProblemsFound
+from fleet.domain.ports import HostRef
+from fleet.errors import BadInput, CouldNotComplete, Problem, ProblemsFound
 
 Inventory = Annotated[Path, typer.Option("--inventory", "-i", envvar="FLEET_INVENTORY",
                                          help="pyinfra inventory file.")]
@@ -152,6 +153,7 @@ def rollback(
     """
     from fleet.cli.app import settings
     from fleet.domain.matrix.loader import load_matrix
+    from fleet.domain.selection import release_problem
     from fleet.history import open_history, os_actor, record_event
     from fleet.jobs.apply import pin_hosts, previous_known_good
     from fleet.remote.backend import SshBackend
@@ -164,10 +166,10 @@ def rollback(
         raise BadInput.single("--reason must say why", field="--reason")
     patch_gevent()
     m = load_matrix(matrix, today=date.today()).matrix
-    backend = SshBackend(inventory, [pool] if pool else host)
-    refs = [r for r in backend.hosts() if pool is None or r.pool == pool]
-    if not refs:
-        raise BadInput.single(f"no host of pool {pool!r} in the inventory", field="--pool")
+    if to != "previous" and (why := release_problem(to, m)) is not None:
+        raise BadInput.single(why, file=str(matrix), field="--to")
+    backend = SshBackend(inventory)
+    refs = _selected(backend.hosts(), pool, host)
     sched = scheduler_for(scheduler, refs)
     actor = os_actor()
     with open_history(settings(ctx).db) as history:
@@ -205,6 +207,25 @@ def rollback(
                                 on_progress=lambda h, what: status.update(esc(f"{what}: {h}")))
     _report(results, json_out, {"reason": reason, "actor": actor, "sources": sources})
     _exit(results)
+
+
+def _selected(every: list[HostRef], pool: str | None, hosts: list[str] | None) -> list[HostRef]:
+    """The hosts `--pool` or `--host` (names or globs) select; refused when the pool has no
+    host or a `--host` matches none, with the names the inventory has."""
+    from fleet.domain.selection import host_pools, known, limit_matches
+
+    if pool is not None:
+        refs = [r for r in every if r.pool == pool]
+        if not refs:
+            raise BadInput.single(f"no host of pool {pool!r} in the inventory (pools: "
+                                  f"{known(host_pools(every))})", field="--pool")
+        return refs
+    wrong = [Problem(None, None, "--host", f"{h!r} matches no host of the inventory (hosts: "
+                                          f"{known(r.name for r in every)})")
+             for h in dict.fromkeys(hosts or []) if not any(limit_matches(h, r) for r in every)]
+    if wrong:
+        raise BadInput(wrong)
+    return [r for r in every if any(limit_matches(h, r) for h in hosts or [])]
 
 
 def register(app: typer.Typer) -> None:

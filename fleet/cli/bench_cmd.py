@@ -13,6 +13,7 @@ Exit codes of `fleet bench compare` (the judge's verdict, for scripts and CI):
 from __future__ import annotations
 
 import json
+import math
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -133,6 +134,8 @@ def run(
     from fleet.jobs.bench import bench_inventory
     from fleet.remote.session import patch_gevent
 
+    _check_run_options(suite=suite, source=source, command=command, rate_scale=rate_scale,
+                       warmup=warmup, slo_ms=slo_ms)
     params: dict[str, Any]
     if suite == "synthetic":
         params = {"source": source, "repeats": repeats}
@@ -174,6 +177,35 @@ def run(
     if failed:
         raise CouldNotComplete(f"no usable benchmark from {len(failed)} host(s): "
                                + ", ".join(failed))
+
+
+SOURCES = ("auto", "command", "dcgm", "cuda")
+
+
+def _check_run_options(*, suite: str, source: str, command: str | None, rate_scale: float,
+                       warmup: float, slo_ms: float | None) -> None:
+    """Every option value of `bench run`, before any host is reached (each one named)."""
+    problems = []
+    if suite not in ("synthetic", "replay"):
+        problems.append(Problem(None, None, "--suite", f"expected synthetic or replay, got "
+                                                       f"{suite!r}"))
+    if source not in SOURCES:
+        problems.append(Problem(None, None, "--source", f"expected one of {', '.join(SOURCES)}, "
+                                                        f"got {source!r}"))
+    elif source == "command" and not command:
+        problems.append(Problem(None, None, "--source", "--source command needs --command"))
+    if not (math.isfinite(rate_scale) and rate_scale > 0):
+        problems.append(Problem(None, None, "--rate-scale",
+                                f"expected a finite number above 0 (2.0 replays twice as fast), "
+                                f"got {rate_scale}"))
+    if not (math.isfinite(warmup) and warmup >= 0):
+        problems.append(Problem(None, None, "--warmup",
+                                f"expected a finite number of seconds, 0 or more, got {warmup}"))
+    if slo_ms is not None and not (math.isfinite(slo_ms) and slo_ms > 0):
+        problems.append(Problem(None, None, "--slo-ms",
+                                f"expected a finite latency above 0 ms, got {slo_ms}"))
+    if problems:
+        raise BadInput(problems)
 
 
 def _short(v: Any) -> str:

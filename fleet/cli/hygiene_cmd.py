@@ -15,7 +15,7 @@ import typer
 from rich.table import Table
 
 from fleet.cli.output import console, emit_json, esc
-from fleet.errors import BadInput, ProblemsFound
+from fleet.errors import BadInput, Problem, ProblemsFound
 
 app = typer.Typer(help="The weekly hygiene job: drift audit, error trends, quarantine, reports.",
                   no_args_is_help=True)
@@ -78,14 +78,35 @@ def run(
     from fleet.jobs.hygiene import run_hygiene
     from fleet.reports import render_json, write_reports
 
-    loaded = load_matrix(matrix, today=date.today())
     if sim is None and inventory is None:
         raise BadInput.single("--inventory is required (or --sim N for a simulated fleet)",
                               field="--inventory")
+    if sim is not None and inventory is not None:
+        raise BadInput.single("give --inventory or --sim N, not both", field="--inventory/--sim")
+    if via not in ("ssh", "slurm") or (via == "slurm") != (partition is not None):
+        raise BadInput.single("--via is ssh, or slurm with --partition", field="--via")
+    if sim is not None and via != "ssh":
+        raise BadInput.single("--via slurm probes the nodes of an inventory, not --sim",
+                              field="--via")
+    if scheduler not in SCHEDULERS:
+        raise BadInput.single(f"unknown scheduler {scheduler!r} (expected one of: "
+                              f"{', '.join(SCHEDULERS)})", field="--scheduler")
+    if sim is not None and scheduler != "none":
+        raise BadInput.single("a simulated fleet drains through its own scheduler; "
+                              "--scheduler goes with --inventory", field="--scheduler")
+    loaded = load_matrix(matrix, today=date.today())
+    hosts: list[str] | None = None
     if sim is not None:
+        from fleet.domain.selection import limit_problems, select
         from fleet.sim import SimFleet
 
         backend: Any = SimFleet.build(loaded.matrix, n_hosts=sim, seed=seed)
+        if limit:  # the same selection as an inventory's: pools (groups) or host-name globs
+            refs = backend.hosts()
+            wrong = limit_problems(limit, refs)
+            if wrong:
+                raise BadInput([Problem(None, None, "--limit", why) for why in wrong])
+            hosts = [r.name for r in select(limit, refs)]
         sched = make_scheduler(scheduler, sim=backend)
     else:
         from fleet.remote.backend import SshBackend
@@ -93,8 +114,6 @@ def run(
 
         patch_gevent()
         assert inventory is not None
-        if via not in ("ssh", "slurm") or (via == "slurm") != (partition is not None):
-            raise BadInput.single("--via is ssh, or slurm with --partition", field="--via")
         if partition is not None:
             from fleet.errors import CouldNotComplete
             from fleet.remote.srun_probe import SlurmInputError, SlurmUnavailable, SrunBackend
@@ -111,7 +130,7 @@ def run(
     now = datetime.now(UTC)
     try:
         with open_history(settings(ctx).db) as history, console.status("hygiene") as status:
-            report = run_hygiene(backend, sched, history, loaded.matrix, now=now,
+            report = run_hygiene(backend, sched, history, loaded.matrix, now=now, hosts=hosts,
                                  apply_quarantine=apply_quarantine, benchmark=benchmark,
                                  progress=lambda m: status.update(esc(m)))
     finally:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -113,15 +113,28 @@ def check(
     """Findings of each host's latest probe, most severe first, with their remediation.
 
     Reads the history only (run `fleet probe` first). Exit 1 when any finding fails, 3 when a
-    host's latest probe could not reach it.
+    host's latest probe could not reach it or a host was never probed (nothing is known of it,
+    so it is not fine); 2 when --pool or --host names nothing the history knows.
     """
     from fleet.cli.app import settings
-    from fleet.history import findings_of, latest_snapshots, open_history
+    from fleet.history import findings_of, latest_snapshots, list_hosts, open_history
 
     rows: list[dict[str, object]] = []
     unreachable: list[str] = []
+    probed: set[str] = set()
     with open_history(settings(ctx).db, create=False) as history:
+        known_hosts = list_hosts(history)
+        _check_selectors(pool, host, known_hosts)
+        scope = [h.name for h in known_hosts
+                 if (pool is None or h.pool == pool) and (not host or h.name in host)]
+        if not scope and known_hosts:
+            raise BadInput.single(f"none of the --host names is in pool {pool!r}",
+                                  field="--host")
+        if not scope:
+            raise CouldNotComplete("nothing to check: no host in the history yet (run `fleet "
+                                   "probe -i INVENTORY` first)")
         for h, snap in latest_snapshots(history, pool=pool, hosts=host):
+            probed.add(h.name)
             if not snap.reachable or snap.source == "none" and "error" in (snap.facts or {}):
                 unreachable.append(h.name)
             for f in findings_of(history, snap.id):  # type: ignore[arg-type]
@@ -132,16 +145,44 @@ def check(
                              "remediation": f.remediation, "message": f.message,
                              "taken_at": snap.taken_at})
     rows.sort(key=lambda r: (_RANK.get(str(r["severity"]), 3), str(r["host"])))
+    unprobed = [name for name in scope if name not in probed]
     if json_out:
-        emit_json({"findings": rows, "unreachable": unreachable})
+        emit_json({"findings": rows, "unreachable": unreachable, "unprobed": unprobed})
     elif rows:
         console.print(_findings_table(rows))
-    else:
+    elif not unreachable and not unprobed:
         console.print("[green]no findings[/green]")
+    lost = []
     if unreachable:
-        raise CouldNotComplete(f"latest probe could not reach: {', '.join(unreachable)}")
+        lost.append(f"latest probe could not reach: {', '.join(unreachable)}")
+    if unprobed:
+        from fleet.domain.selection import known
+
+        lost.append(f"never probed (run `fleet probe`): {known(unprobed)}")
+    if lost:
+        raise CouldNotComplete("; ".join(lost))
     if any(r["severity"] == "fail" for r in rows):
         raise ProblemsFound("failing findings")
+
+
+def _check_selectors(pool: str | None, hosts: list[str] | None, known_hosts: list[Any]) -> None:
+    """`--pool` and every `--host` must name what the history knows (a typo is not "no
+    findings")."""
+    from fleet.domain.selection import known
+    from fleet.errors import Problem
+
+    problems = []
+    pools = {h.pool for h in known_hosts if h.pool}
+    if pool is not None and pool not in pools:
+        problems.append(Problem(None, None, "--pool", f"no host of pool {pool!r} in the history "
+                                                      f"(pools: {known(pools)})"))
+    names = {h.name for h in known_hosts}
+    missing = [h for h in dict.fromkeys(hosts or []) if h not in names]
+    for name in missing:
+        problems.append(Problem(None, None, "--host", f"no host {name!r} in the history (hosts: "
+                                                      f"{known(names)})"))
+    if problems:
+        raise BadInput(problems)
 
 
 def register(app: typer.Typer) -> None:

@@ -17,6 +17,7 @@ moved) is read from the workload manager with `--scheduler slurm|kubernetes`; th
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -28,7 +29,7 @@ from fleet.cli.output import console, emit_json, esc
 from fleet.domain.matrix.models import Matrix
 from fleet.domain.plan import RolloutPlan
 from fleet.domain.ports import AdminState, HostRef
-from fleet.errors import BadInput, ProblemsFound
+from fleet.errors import BadInput, Problem, ProblemsFound
 
 app = typer.Typer(
     help="Staged rollouts: canary pools first, then waves, gated by health and benchmarks.",
@@ -165,8 +166,8 @@ def plan_cmd(
     if len(sources) != 1:
         raise BadInput.single("give exactly one of --inventory, --sim N or --sim-spec FILE",
                               field="--inventory/--sim")
+    _check_scheduler(scheduler, sim=inventory is None)
     m = load_matrix(matrix, today=datetime.now(UTC).date()).matrix
-    unknown = [p for p in pool or [] if p not in m.pools]
     releases: dict[str, str | None]
     admin: dict[str, AdminState]
     unreachable: list[str] = []
@@ -174,6 +175,7 @@ def plan_cmd(
     meta: dict[str, Any] = {"matrix": str(matrix)}
     if inventory is not None:
         refs = _inventory_hosts(inventory, m)
+        _check_pools(pool, refs, m)  # before the history or the scheduler is asked anything
         names = [r.name for r in refs]
         releases, quarantined, unreachable = _from_history(settings(ctx).db, names)
         admin = _admin_states(scheduler, refs)
@@ -189,13 +191,12 @@ def plan_cmd(
             fleet = SimFleet.build(m, sim, seed)
             meta.update(source="sim", sim=sim, seed=seed)
         refs = fleet.hosts()
+        _check_pools(pool, refs, m)
         releases = fleet.releases_by_host()
         sched = fleet.scheduler()
         admin = {r.name: s for r in refs
                  if (s := sched.state(r.name)).state != "available"}
         unreachable = fleet.unreachable_hosts()
-    if unknown and not any(r.pool in unknown for r in refs):
-        raise BadInput.single(f"no such pool: {', '.join(unknown)}", field="--pool")
     plan = plan_rollout(m, refs, releases=releases, admin=admin, quarantined=quarantined,
                         unreachable=unreachable, pools=set(pool) if pool else None)
     if json_out:
@@ -240,58 +241,178 @@ class _Saving:
         return call
 
 
+RATE_NAMES = ("apply_fail", "unreachable", "xid_after_upgrade", "slow", "ecc_rising",
+              "reboot_hangs", "drained", "slow_factor")
+"""What `--sim-faults` sets (`fleet.sim.FaultRates`): probabilities 0..1, and the speed of a
+slow host."""
+
+
 def _sim_faults(text: str | None) -> dict[str, float]:
+    """`--sim-faults NAME=RATE,...`, every value checked (a rate is a probability, 0 to 1)."""
+    from pydantic import ValidationError
+
+    from fleet.sim.model import FaultRates
+
     out: dict[str, float] = {}
+    problems: list[Problem] = []
     for part in (text or "").split(","):
         if not part.strip():
             continue
-        key, _, value = part.partition("=")
+        key, eq, value = (x.strip() for x in part.partition("="))
+        if key not in RATE_NAMES:
+            problems.append(Problem(None, None, "--sim-faults",
+                                    f"unknown fault {key!r} (faults: {', '.join(RATE_NAMES)})"))
+            continue
         try:
-            out[key.strip()] = float(value)
+            rate = float(value) if eq else None
         except ValueError:
-            raise BadInput.single(f"expected NAME=RATE, got {part!r}", field="--sim-faults") \
-                from None
+            rate = None
+        if rate is None:
+            problems.append(Problem(None, None, "--sim-faults",
+                                    f"expected NAME=RATE, got {part.strip()!r}"))
+            continue
+        if key in out:
+            problems.append(Problem(None, None, "--sim-faults", f"{key} is given twice"))
+        if not math.isfinite(rate):
+            problems.append(Problem(None, None, "--sim-faults",
+                                    f"{key}={value}: expected a finite number"))
+            continue
+        try:
+            FaultRates.model_validate({key: rate})
+        except ValidationError as exc:
+            problems += [Problem(None, None, "--sim-faults", f"{key}={value}: "
+                                 f"{e['msg'][:1].lower()}{e['msg'][1:]}") for e in exc.errors()]
+        out[key] = rate
+    if problems:
+        raise BadInput(problems)
     return out
 
 
-def _sim_perf(items: list[str] | None) -> dict[str, float]:
+def _sim_perf(items: list[str] | None, m: Matrix) -> dict[str, float]:
+    """`--sim-slow RELEASE=FACTOR`: a release of the matrix, a finite factor in bounds."""
+    from fleet.domain.selection import release_problem
+    from fleet.sim.model import PERF_MAX, PERF_MIN
+
     out: dict[str, float] = {}
+    problems: list[Problem] = []
     for item in items or []:
-        rel, _, factor = item.partition("=")
+        rel, eq, text = (x.strip() for x in item.partition("="))
         try:
-            out[rel.strip()] = float(factor)
+            factor = float(text) if eq else None
         except ValueError:
-            raise BadInput.single(f"expected RELEASE=FACTOR, got {item!r}",
-                                  field="--sim-slow") from None
+            factor = None
+        if factor is None:
+            problems.append(Problem(None, None, "--sim-slow",
+                                    f"expected RELEASE=FACTOR, got {item!r}"))
+            continue
+        why = release_problem(rel, m)
+        if why is not None:
+            problems.append(Problem(None, None, "--sim-slow", why))
+        if not (math.isfinite(factor) and PERF_MIN <= factor <= PERF_MAX):
+            problems.append(Problem(None, None, "--sim-slow",
+                                    f"{item}: the factor must be between {PERF_MIN} and "
+                                    f"{PERF_MAX:g} (0.8 = 20% slower)"))
+        out[rel] = factor
+    if problems:
+        raise BadInput(problems)
     return out
+
+
+def _sim_build(m: Matrix, sim: int | None, seed: int, sim_spec: Path | None,
+               sim_faults: str | None, sim_slow: list[str] | None) -> dict[str, Any]:
+    """How to build the simulated fleet, every value checked before anything runs; recorded
+    with the rollout, so a later command can rebuild the fleet the rollout started from."""
+    from fleet.domain.selection import release_problem
+
+    if sim_spec is not None:
+        if sim_faults or sim_slow:
+            raise BadInput.single("--sim-faults and --sim-slow go with --sim N; a --sim-spec "
+                                  "file has its own rates and release_perf",
+                                  field="--sim-faults/--sim-slow")
+        from fleet.sim import SimSpec
+
+        spec = SimSpec.load(sim_spec)
+        problems = [Problem(str(sim_spec), None, f"release_perf.{rel}", why)
+                    for rel in spec.release_perf
+                    if (why := release_problem(rel, m)) is not None]
+        if problems:
+            raise BadInput(problems)
+        return {"spec": str(sim_spec.absolute()), "spec_doc": spec.model_dump(mode="json")}
+    return {"n": sim, "seed": seed, "rates": _sim_faults(sim_faults),
+            "perf": _sim_perf(sim_slow, m)}
+
+
+def _check_scheduler(name: str | None, *, sim: bool) -> None:
+    if name is None:
+        return
+    if name.strip().lower() not in ("none", "slurm", "kubernetes", "k8s"):
+        raise BadInput.single(f"unknown scheduler {name!r} (schedulers: none, slurm, "
+                              "kubernetes)", field="--scheduler")
+    if sim and name.strip().lower() != "none":
+        raise BadInput.single("a simulated fleet drains through its own scheduler; "
+                              "--scheduler goes with --inventory", field="--scheduler")
+
+
+def _check_pools(pools: list[str] | None, refs: list[HostRef], m: Matrix) -> None:
+    from fleet.domain.selection import pool_problems
+
+    problems = pool_problems(pools or (), refs, m)
+    if problems:
+        raise BadInput([Problem(None, None, "--pool", why) for why in problems])
 
 
 def _wiring(m: Matrix, source: dict[str, Any], *, create: bool = False,
-            build: dict[str, Any] | None = None) -> tuple[Any, Any, Any]:
+            build: dict[str, Any] | None = None, rollout_id: int | None = None,
+            owner: Any = None) -> tuple[Any, Any, Any]:
     """(backend, scheduler, sleep) for a recorded source: a simulated fleet saved in a state
-    file, or an inventory over SSH with a scheduler adapter."""
+    file, or an inventory over SSH with a scheduler adapter.
+
+    A simulated fleet's state is saved after every call that changes a host, stamped with its
+    rollout (`owner()` gives the rollout id once there is one). A controller killed before its
+    first save leaves no state of its own (none, or an earlier run's): no host of its fleet was
+    changed then, so the fleet is rebuilt from the recipe the rollout recorded (`build`)."""
     import time as _time
 
     if source.get("source") == "sim":
         from fleet.sim import SimFleet, load_fleet, save_fleet
+        from fleet.sim.state import state_owner
 
         path = Path(source["sim_state"])
-        if create:
-            b = dict(build or {})
+        recipe = build if create else source.get("build")
+        rebuild = create
+        if not create:
+            exists, stamp = state_owner(path)
+            earlier = _stamp_id(stamp)
+            if exists and (stamp is None or earlier == rollout_id):
+                pass  # this rollout's fleet (or a file saved before states were stamped)
+            elif recipe and (not path.exists() or (earlier is not None and rollout_id is not None
+                                                  and earlier < rollout_id)):
+                rebuild = True  # killed before its first save: none of its hosts changed
+            elif not exists:
+                load_fleet(path, m)  # says why it cannot (missing, unreadable)
+            else:
+                raise BadInput.single(f"the simulated fleet state is {stamp}'s, not rollout "
+                                      f"{rollout_id}'s (a later start with the same "
+                                      "--sim-state replaced it)", file=str(path))
+        if rebuild:
+            b = dict(recipe or {})
             if b.get("spec"):
                 from fleet.sim import SimSpec
 
-                fleet = SimFleet.from_spec(SimSpec.load(b["spec"]), m)
+                spec = (SimSpec.parse(b["spec_doc"], file=b["spec"]) if b.get("spec_doc")
+                        else SimSpec.load(b["spec"]))
+                fleet = SimFleet.from_spec(spec, m)
             else:
                 fleet = SimFleet.build(m, b["n"], b["seed"], rates=b.get("rates") or None,
                                        release_perf=b.get("perf") or None)
             # not saved yet: a start refused (lock held) must not clobber the state of the
-            # rollout that holds it; the first drain writes it
+            # rollout that holds it; the first call that changes a host writes it
         else:
             fleet = load_fleet(path, m)
 
         def save() -> None:
-            save_fleet(fleet, path)
+            rid = owner() if owner is not None else rollout_id
+            save_fleet(fleet, path, owner=f"rollout/{rid}" if rid is not None else None)
 
         sched = fleet.scheduler()
 
@@ -305,6 +426,16 @@ def _wiring(m: Matrix, source: dict[str, Any], *, create: bool = False,
 
     backend = SshBackend(Path(source["inventory"]))
     return backend, scheduler_for(source.get("scheduler"), backend.hosts()), _time.sleep
+
+
+def _stamp_id(stamp: str | None) -> int | None:
+    """The rollout id of a state file's `rollout/ID` stamp."""
+    if stamp is None or not stamp.startswith("rollout/"):
+        return None
+    try:
+        return int(stamp.split("/", 1)[1])
+    except ValueError:
+        return None
 
 
 def _wave_table(engine: Any) -> Any:
@@ -329,8 +460,12 @@ def _wave_table(engine: Any) -> Any:
 
 def _drive(ctx: typer.Context, matrix_path: str, source: dict[str, Any], json_out: bool,
            action: Any, *, create: bool = False, build: dict[str, Any] | None = None,
-           options: dict[str, Any] | None = None) -> None:
-    """Run one engine operation with the live display, then report and exit by outcome."""
+           options: dict[str, Any] | None = None, rollout_id: int | None = None,
+           matrix: Matrix | None = None) -> None:
+    """Run one engine operation with the live display, then report and exit by outcome.
+
+    A rollout that completed while its plan skipped unreachable hosts did not do all it was
+    asked: exit 3 naming them (they still run what they ran, whatever that is)."""
     import time as _time
 
     from rich.live import Live
@@ -340,8 +475,11 @@ def _drive(ctx: typer.Context, matrix_path: str, source: dict[str, Any], json_ou
     from fleet.history import open_history
     from fleet.jobs.rollout import RolloutEngine, RolloutOptions
 
-    m = load_matrix(Path(matrix_path), today=datetime.now(UTC).date()).matrix
-    backend, sched, sleep = _wiring(m, source, create=create, build=build)
+    m = matrix or load_matrix(Path(matrix_path), today=datetime.now(UTC).date()).matrix
+    made: list[Any] = []
+    backend, sched, sleep = _wiring(m, source, create=create, build=build,
+                                    rollout_id=rollout_id,
+                                    owner=lambda: made[0].rid if made else rollout_id)
     live: Live | None = None
     last = [0.0]
 
@@ -354,6 +492,7 @@ def _drive(ctx: typer.Context, matrix_path: str, source: dict[str, Any], json_ou
     with open_history(settings(ctx).db) as history:
         engine = RolloutEngine(backend, sched, history, m, now=_now, sleep=sleep,
                                options=opts, on_progress=progress)
+        made.append(engine)
         if console.is_terminal:
             live = Live(console=console, refresh_per_second=5, transient=False)
             live.start()
@@ -363,20 +502,39 @@ def _drive(ctx: typer.Context, matrix_path: str, source: dict[str, Any], json_ou
             if live is not None:
                 live.update(_wave_table(engine))
                 live.stop()
+        left = _skipped_unreachable(history, result.rollout_id)
     if live is None and result.rollout_id is not None:
         console.print(_wave_table(engine))
-    doc = {**result.as_dict(), "source": source}
+    doc = {**result.as_dict(), "source": source, "unreachable": left}
     if json_out:
         emit_json(doc)
     console.print(f"rollout {result.rollout_id}: [bold]{result.status}[/bold]"
                   + (f": {esc(result.reason)}" if result.reason else ""), soft_wrap=True)
     if result.status in ("rolled_back", "aborted", "failed"):
         raise ProblemsFound(f"rollout {result.rollout_id} {result.status}")
-    if result.status in ("paused", "aborting", "running", "rolling_back"):
-        from fleet.errors import CouldNotComplete
+    from fleet.errors import CouldNotComplete
 
+    if result.status in ("paused", "aborting", "running", "rolling_back"):
         raise CouldNotComplete(f"rollout {result.rollout_id} is {result.status}: "
                                f"`fleet rollout promote|abort|resume {result.rollout_id}`")
+    if left:
+        from fleet.domain.selection import known
+
+        raise CouldNotComplete(f"rollout {result.rollout_id} {result.status} without "
+                               f"{len(left)} unreachable host(s), still on whatever they ran: "
+                               f"{known(left)}")
+
+
+def _skipped_unreachable(history: Any, rollout_id: int | None) -> list[str]:
+    """The hosts a rollout's plan skipped because they could not be reached."""
+    from fleet.domain.plan import UNREACHABLE
+    from fleet.history.rollouts import start_data
+
+    if rollout_id is None:
+        return []
+    plan = start_data(history, rollout_id).get("plan") or {}
+    return [h for p in plan.get("pools") or [] for h, why in (p.get("skipped") or {}).items()
+            if why == UNREACHABLE]
 
 
 @app.command("start")
@@ -413,6 +571,8 @@ def start_cmd(
     it), lock held by another rollout, or could not complete. See docs/rollouts.md.
     """
     from fleet.cli.app import settings
+    from fleet.domain.matrix.loader import load_matrix
+    from fleet.domain.selection import release_problem
 
     sources = [s for s in (inventory, sim, sim_spec) if s is not None]
     if len(sources) != 1:
@@ -420,18 +580,27 @@ def start_cmd(
                               field="--inventory/--sim")
     if rollback_scope not in ("wave", "all"):
         raise BadInput.single("expected wave or all", field="--rollback-scope")
+    if inventory is not None and (sim_faults or sim_slow or sim_state):
+        raise BadInput.single("--sim-faults, --sim-slow and --sim-state go with --sim N",
+                              field="--sim-faults")
+    _check_scheduler(scheduler, sim=inventory is None)
+    m = load_matrix(matrix, today=datetime.now(UTC).date()).matrix
+    if (why := release_problem(release, m)) is not None:
+        raise BadInput.single(why, field="--release")
     source: dict[str, Any]
     build: dict[str, Any] | None = None
     if inventory is not None:
-        source = {"source": "inventory", "inventory": str(inventory), "scheduler": scheduler}
+        # absolute paths: resume, promote and abort may run from another directory
+        source = {"source": "inventory", "inventory": str(inventory.absolute()),
+                  "scheduler": scheduler}
     else:
         db = settings(ctx).db
         state = sim_state or Path((db if "://" not in db else "fleet.db") + ".sim.json")
-        source = {"source": "sim", "sim_state": str(state)}
-        build = {"n": sim, "seed": seed, "spec": str(sim_spec) if sim_spec else None,
-                 "rates": _sim_faults(sim_faults), "perf": _sim_perf(sim_slow)}
+        build = _sim_build(m, sim, seed, sim_spec, sim_faults, sim_slow)
+        source = {"source": "sim", "sim_state": str(state.absolute()), "build": build}
 
     def action(engine: Any) -> Any:
+        _check_pools(pool, list(engine.refs.values()), m)
         fleet = engine.backend._target if isinstance(engine.backend, _Saving) else None
         releases: dict[str, str | None] = {}
         unreachable: list[str] = []
@@ -441,12 +610,13 @@ def start_cmd(
         else:
             names = list(engine.refs)
             releases, _, unreachable = _from_history(settings(ctx).db, names)
-        return engine.start(matrix_path=str(matrix), pools=pool or None, release=release,
+        return engine.start(matrix_path=str(matrix.absolute()), pools=pool or None,
+                            release=release,
                             releases=releases, unreachable=unreachable,
                             start_data={"source": source})
 
     _drive(ctx, str(matrix), source, json_out, action, create=True, build=build,
-           options={"rollback_scope": rollback_scope})
+           options={"rollback_scope": rollback_scope}, matrix=m)
 
 
 def _recorded(ctx: typer.Context, rollout_id: int) -> tuple[str, dict[str, Any]]:
@@ -457,13 +627,24 @@ def _recorded(ctx: typer.Context, rollout_id: int) -> tuple[str, dict[str, Any]]
     with open_history(settings(ctx).db, create=False) as history:
         ro = get_rollout(history, rollout_id)
         if ro is None:
-            raise BadInput.single(f"no rollout {rollout_id} in the history", field="ID")
+            raise _no_rollout(history, rollout_id)
         data = start_data(history, rollout_id)
     source = data.get("source") or {}
     if not source:
         raise BadInput.single(f"rollout {rollout_id} did not record how to reach its hosts",
                               field="ID")
     return ro.matrix_path, source
+
+
+def _no_rollout(history: Any, rollout_id: int | None) -> BadInput:
+    """An unknown rollout id, with the ids the history has."""
+    from fleet.history.rollouts import list_rollouts
+
+    ids = [str(r.id) for r in list_rollouts(history, limit=20)]
+    if not ids:
+        return BadInput.single("no rollout in the history yet", field="ID")
+    return BadInput.single(f"no rollout {rollout_id} in the history (rollouts, newest first: "
+                           f"{', '.join(ids)}{' ...' if len(ids) == 20 else ''})", field="ID")
 
 
 def _options(ctx: typer.Context, rollout_id: int) -> dict[str, Any]:
@@ -483,7 +664,7 @@ def resume_cmd(ctx: typer.Context, rollout_id: Annotated[int, typer.Argument(met
     """Continue a rollout whose controller stopped (killed, crashed); a paused one stays paused."""
     mpath, source = _recorded(ctx, rollout_id)
     _drive(ctx, mpath, source, json_out, lambda e: e.resume(rollout_id, force=force),
-           options=_options(ctx, rollout_id))
+           options=_options(ctx, rollout_id), rollout_id=rollout_id)
 
 
 @app.command("promote")
@@ -494,7 +675,7 @@ def promote_cmd(ctx: typer.Context, rollout_id: Annotated[int, typer.Argument(me
     mpath, source = _recorded(ctx, rollout_id)
     _drive(ctx, mpath, source, json_out,
            lambda e: e.promote(rollout_id, force=force, reason=reason),
-           options=_options(ctx, rollout_id))
+           options=_options(ctx, rollout_id), rollout_id=rollout_id)
 
 
 @app.command("abort")
@@ -505,7 +686,7 @@ def abort_cmd(ctx: typer.Context, rollout_id: Annotated[int, typer.Argument(meta
     mpath, source = _recorded(ctx, rollout_id)
     _drive(ctx, mpath, source, json_out,
            lambda e: e.abort(rollout_id, force=force, reason=reason),
-           options=_options(ctx, rollout_id))
+           options=_options(ctx, rollout_id), rollout_id=rollout_id)
 
 
 def _rollout_doc(history: Any, ro: Any, *, hosts: bool = False) -> dict[str, Any]:
@@ -567,8 +748,7 @@ def status_cmd(ctx: typer.Context,
         ro = (get_rollout(history, rollout_id) if rollout_id is not None
               else next(iter(list_rollouts(history, limit=1)), None))
         if ro is None:
-            raise BadInput.single("no such rollout in the history" if rollout_id is not None
-                                  else "no rollout in the history yet", field="ID")
+            raise _no_rollout(history, rollout_id)
         doc = _rollout_doc(history, ro, hosts=hosts)
     if json_out:
         emit_json(doc)

@@ -35,6 +35,10 @@ from typing import Any
 from fleet.domain.matrix.models import Matrix, RolloutSettings, wave_sizes
 from fleet.domain.ports import AdminState, HostRef
 
+UNREACHABLE = "unreachable"
+"""The reason a host known unreachable is skipped (it is out of service; what it runs is not
+known, so it is never "already on" anything)."""
+
 
 @dataclass
 class Wave:
@@ -64,6 +68,11 @@ class PoolPlan:
         return [h for w in self.waves for h in w.hosts]
 
     @property
+    def unreachable(self) -> list[str]:
+        """Hosts skipped because they could not be reached: never counted as on the target."""
+        return [h for h, why in self.skipped.items() if why == UNREACHABLE]
+
+    @property
     def budget_left(self) -> int:
         return max(0, self.max_unavailable - len(self.unavailable))
 
@@ -90,6 +99,11 @@ class RolloutPlan:
     @property
     def hosts(self) -> list[str]:
         return [h for p in self.pools for h in p.hosts]
+
+    @property
+    def unreachable(self) -> list[str]:
+        """Hosts of every pool skipped because they could not be reached."""
+        return [h for p in self.pools for h in p.unreachable]
 
     def as_dict(self) -> dict[str, Any]:
         return {"pools": [p.as_dict() for p in self.pools], "unassigned": list(self.unassigned)}
@@ -211,7 +225,7 @@ def _plan_pool(
         if name in quarantine:
             why = "quarantined" + (f": {quarantine[name]}" if quarantine[name] else "")
         elif name in unreachable:
-            why = "unreachable"
+            why = UNREACHABLE
         else:
             why = _out_of_service(state)
         if why is not None:

@@ -31,7 +31,12 @@ ACTIVE = ("running", "paused", "aborting", "rolling_back")
 
 
 class LockHeld(CouldNotComplete):
-    """Another rollout holds the pool, or this rollout's lock belongs to a live controller."""
+    """Another rollout holds the pool, or this rollout's lock belongs to a live controller, or
+    to a dead one (`stale`: taken over only with --force)."""
+
+    def __init__(self, message: str, *, stale: bool = False) -> None:
+        super().__init__(message)
+        self.stale = stale
 
 
 class LockLost(CouldNotComplete):
@@ -377,7 +382,8 @@ def take_lock(
                     f"{ro.lock_pid}, heartbeat "
                     + (f"{age:.0f} s ago" if age is not None else "never")
                     + ("; that process is gone" if alive is False else "")
-                    + "): its controller died or hangs; take it over with --force")
+                    + "): its controller died or hangs; take it over with --force",
+                    stale=True)
             s.add(Event(at=require_aware(at, "at"), actor=actor, kind="rollout.lock.takeover",
                         subject=subject_of(rollout_id),
                         message=f"stale lock of {ro.lock_owner} (pid {ro.lock_pid}) taken over "

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -168,6 +168,12 @@ class FaultSpec(_Spec):
                           self.slow_factor, self.ecc_rising, self.reboot_hangs)
 
 
+PERF_MIN, PERF_MAX = 0.01, 100.0
+"""Bounds of a release's speed factor (1.0: as fast as the baseline; 0.8: 20% slower)."""
+
+PerfFactor = Annotated[float, Field(ge=PERF_MIN, le=PERF_MAX, allow_inf_nan=False)]
+
+
 class FaultRates(_Spec):
     """Probability per host of each fault, drawn once at build time from the fleet's seed."""
 
@@ -201,7 +207,7 @@ class SimSpec(_Spec):
     rates: FaultRates = FaultRates()
     faults: dict[str, FaultSpec] = {}
     drained: dict[str, str] = Field(default={}, description="host -> reason, drained by others")
-    release_perf: dict[str, float] = {}
+    release_perf: dict[str, PerfFactor] = {}
     unit_size: int = Field(default=0, ge=0)
 
     @classmethod

@@ -57,10 +57,15 @@ def fleet_state(fleet: SimFleet) -> dict[str, Any]:
     }
 
 
-def save_fleet(fleet: SimFleet, path: str | Path) -> None:
-    """Write the fleet's state to `path` atomically."""
+def save_fleet(fleet: SimFleet, path: str | Path, *, owner: str | None = None) -> None:
+    """Write the fleet's state to `path` atomically; `owner` names what the state belongs to
+    (`rollout/ID`: a later command finds out whether the file is that rollout's fleet or one
+    left by an earlier run, see `state_owner`)."""
     p = Path(path)
-    text = json.dumps(fleet_state(fleet), separators=(",", ":"))
+    doc = fleet_state(fleet)
+    if owner is not None:
+        doc["owner"] = owner
+    text = json.dumps(doc, separators=(",", ":"))
     fd, tmp = tempfile.mkstemp(prefix=p.name + ".", suffix=".tmp", dir=p.parent or ".")
     try:
         with os.fdopen(fd, "w") as f:
@@ -69,6 +74,18 @@ def save_fleet(fleet: SimFleet, path: str | Path) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def state_owner(path: str | Path) -> tuple[bool, str | None]:
+    """(whether a readable state file is at `path`, the `owner` it was saved with)."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return False, None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        return False, None
+    owner = doc.get("owner")
+    return True, str(owner) if owner is not None else None
 
 
 def load_fleet(path: str | Path, matrix: Matrix) -> SimFleet:

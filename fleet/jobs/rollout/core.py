@@ -16,7 +16,7 @@ from fleet.domain.gates import (
 )
 from fleet.domain.matrix.models import Matrix, RolloutSettings
 from fleet.domain.ports import Backend, HostRef, Scheduler
-from fleet.errors import CouldNotComplete
+from fleet.errors import BadInput, CouldNotComplete
 from fleet.history import History, os_actor
 from fleet.history.rollouts import (
     EventRow,
@@ -97,7 +97,7 @@ class EngineCore:
     def _get(self, rollout_id: int) -> Any:
         ro = get_rollout(self.history, rollout_id)
         if ro is None:
-            raise CouldNotComplete(f"no rollout {rollout_id} in the history")
+            raise BadInput.single(f"no rollout {rollout_id} in the history", field="ID")
         return ro
 
     def _take(self, rollout_id: int, force: bool, kind: str, verb: str | None) -> None:

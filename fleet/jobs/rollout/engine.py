@@ -8,9 +8,10 @@ from typing import Any
 from fleet.domain.gates import (
     count_states,
 )
-from fleet.domain.plan import plan_rollout
+from fleet.domain.plan import RolloutPlan, plan_rollout
 from fleet.domain.ports import NodeReboot
-from fleet.errors import BadInput, CouldNotComplete, ProblemsFound
+from fleet.domain.selection import known, pool_problems, release_problem
+from fleet.errors import BadInput, CouldNotComplete, Problem, ProblemsFound
 from fleet.history import list_quarantines
 from fleet.history.rollouts import (
     EventRow,
@@ -48,8 +49,20 @@ class RolloutEngine(WaveSteps, BenchGate, Rollbacks):
               release: str | None = None, releases: Mapping[str, str | None] | None = None,
               unreachable: Sequence[str] = (), start_data: Mapping[str, Any] | None = None,
               ) -> RolloutResult:
-        """Plan and run a new rollout (refused while another one holds one of its pools)."""
+        """Plan and run a new rollout (refused while another one holds one of its pools).
+
+        Refused before anything runs (`BadInput`) when `pools` names a pool without a host or
+        `release` is not in the matrix. Hosts in `unreachable` are skipped by the plan, never
+        counted as on their target: when nothing else moves, the start `CouldNotComplete`s
+        naming them; otherwise the result lists them (`RolloutResult.unreachable`).
+        """
         refs = list(self.refs.values())
+        problems = [Problem(None, None, "pools", m)
+                    for m in pool_problems(pools or (), refs, self.matrix)]
+        if (why := release_problem(release, self.matrix)) is not None:
+            problems.append(Problem(None, None, "release", why))
+        if problems:
+            raise BadInput(problems)
         in_scope = [r for r in refs if r.pool and (pools is None or r.pool in pools)]
         admin = {r.name: s for r in in_scope
                  if (s := self.scheduler.state(r.name)).state != "available"}
@@ -82,8 +95,12 @@ class RolloutEngine(WaveSteps, BenchGate, Rollbacks):
             if blocked:
                 raise ProblemsFound("nothing can move: max_unavailable used up in "
                                     + ", ".join(blocked))
-            return RolloutResult(None, "nothing", "every host is on its target already "
-                                 "(or skipped)", plan=plan)
+            lost = plan.unreachable
+            if lost:  # never "on target": nobody knows what they run
+                raise CouldNotComplete(
+                    f"nothing moved: {len(lost)} host(s) could not be reached, so whether "
+                    f"they are on their target is unknown: {known(lost)}")
+            return RolloutResult(None, "nothing", _nothing_reason(plan), plan=plan)
         waves = [(p.pool, [(h, p.release) for h in w.hosts]) for p in moving for w in p.waves]
         rels = list(dict.fromkeys(p.release for p in moving))
         info = {r.name: {"pool": r.pool, "gpu_model": r.gpu_model, "gpu_count": r.gpu_count}
@@ -148,6 +165,9 @@ class RolloutEngine(WaveSteps, BenchGate, Rollbacks):
         try:
             self._take(rollout_id, force, "rollout.abort.lock", None)
         except LockHeld as e:
+            if e.stale:  # no controller will see the request: say how to carry it out
+                raise LockHeld(f"abort of rollout {rollout_id} recorded, but {e}",
+                               stale=True) from None
             return RolloutResult(rollout_id, "aborting",
                                  f"abort requested; the running controller rolls back ({e})")
         return self._run()
@@ -221,3 +241,18 @@ class RolloutEngine(WaveSteps, BenchGate, Rollbacks):
                                      + _summary(rows), wave=w.index, pool=w.pool,
                                      states=count_states(r.state for r in rows))],
                     label=f"{label}:done")
+
+
+def _nothing_reason(plan: RolloutPlan) -> str:
+    """Why a rollout has nothing to move: how many hosts are on their target, and why the
+    others were skipped."""
+    reasons: dict[str, int] = {}
+    for p in plan.pools:
+        for why in p.skipped.values():
+            key = "on their target" if why.startswith("already on ") else why.split(":")[0]
+            reasons[key] = reasons.get(key, 0) + 1
+    if not reasons:
+        return "no host in scope"
+    if list(reasons) == ["on their target"]:
+        return "every host is on its target already"
+    return "nothing to move: " + ", ".join(f"{n} {why}" for why, n in sorted(reasons.items()))

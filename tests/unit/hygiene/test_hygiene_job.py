@@ -204,3 +204,31 @@ def test_each_probe_resumes_the_kernel_log_where_the_last_stopped(tmp_path: Path
     first, second = backend.since[0], backend.since[1]
     assert set((first or {}).values()) == {None}
     assert second == {h.name: cursor for h in hosts}
+
+
+def test_unprobed_hosts_are_never_conformant(tmp_path: Path) -> None:
+    """Unreachable, reachable but not probed (no python3), and not answered at all: none of
+    them counts as conformant, none is benchmarked as healthy."""
+    from fleet.domain.ports import HostResult
+
+    matrix, hosts, by, history = seeded(tmp_path, offenders=False, weeks=1)
+    for h in hosts:
+        h.reachable = h.pool != "h100"
+
+    class Partial(FakeBackend):
+        def probe(self, names, *, since=None):  # type: ignore[no-untyped-def]
+            out = super().probe(names, since=since)
+            out["a100-01"] = HostResult("a100-01", None, ok=False, reachable=True,
+                                        error="python3: not found")
+            del out["a100-02"]
+            return out
+
+    report = run_hygiene(Partial(hosts), FakeScheduler(), history, matrix, now=NOW,
+                         judge=None)
+    bad = {d.host for d in report.non_conformant}
+    assert {h.name for h in hosts if h.pool == "h100"} | {"a100-01", "a100-02"} <= bad
+    assert report.summary()["drift"]["conformant"] == len(hosts) - len(bad)
+    assert report.exit_code == ExitCode.PROBLEMS
+    benched = {h for b in report.benchmarks for h in b.hosts}
+    assert not benched & bad
+    assert next(b for b in report.benchmarks if b.pool == "h100").verdict == "skipped"

@@ -35,7 +35,7 @@ def test_plan_usage_errors(fleet_cli, tmp_path: Path) -> None:  # type: ignore[n
     r = fleet_cli("rollout", "plan", "-m", MATRIX)
     assert r.returncode == 2 and "exactly one of" in r.stderr
     r = fleet_cli("rollout", "plan", "-m", MATRIX, "--sim", "10", "--pool", "nope")
-    assert r.returncode == 2 and "no such pool: nope" in r.stderr
+    assert r.returncode == 2 and "no pool 'nope'" in r.stderr and "h100-canary" in r.stderr
     bad = tmp_path / "spec.yaml"
     bad.write_text("pools: {h100: {hosts: many}}\n")
     r = fleet_cli("rollout", "plan", "-m", MATRIX, "--sim-spec", str(bad))

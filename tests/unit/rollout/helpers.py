@@ -71,3 +71,29 @@ def with_drain(matrix: Matrix, **drain: Any) -> Matrix:
         d = p.rollout.drain.model_copy(update=drain)
         pools[name] = p.model_copy(update={"rollout": p.rollout.model_copy(update={"drain": d})})
     return matrix.model_copy(update={"pools": pools})
+
+
+_KILL_AT = """
+import os, signal, sys
+from fleet.jobs.rollout import core
+label, argv = sys.argv[1], sys.argv[2:]
+init = core.EngineCore.__init__
+def killing(self, *a, **kw):
+    init(self, *a, **kw)
+    def checkpoint(at):
+        if at == label:
+            os.kill(os.getpid(), signal.SIGKILL)
+    self._checkpoint = checkpoint
+core.EngineCore.__init__ = killing
+from fleet.cli.app import run
+run(argv)
+"""
+
+
+def fleet_killed_at(label: str, *args: str) -> list[str]:
+    """argv of `python -m fleet ARGS` whose rollout controller SIGKILLs itself at the engine's
+    checkpoint `label` ("created": right after the rollout row is written, before anything
+    else), as a real kill at that instant would leave it."""
+    import sys
+
+    return [sys.executable, "-c", _KILL_AT, label, *args]

@@ -21,6 +21,7 @@ from fleet.history import open_history
 from fleet.history.rollouts import list_rollouts, load_steps, rollout_events
 from fleet.jobs.rollout import invariants
 from fleet.sim import load_fleet
+from tests.unit.rollout.helpers import fleet_killed_at
 
 ROOT = Path(__file__).resolve().parents[3]
 MATRIX = str(ROOT / "matrices" / "example.yaml")
@@ -93,3 +94,73 @@ def test_cli_exit_codes_and_reports(tmp_path: Path) -> None:
     hist = run(db, "history", "--json")
     assert [r["status"] for r in json.loads(hist.stdout)["rollouts"]] == ["aborted",
                                                                           "rolled_back"]
+
+
+CANARY = ("start", "-m", MATRIX, "--sim", "80", "--pool", "h100-canary")
+
+
+def _killed_at_created(db: Path, *args: str) -> int:
+    """`fleet rollout start ARGS` SIGKILLed right after the rollout row is written, before the
+    simulated fleet's first save; returns the rollout's id, left running under a dead lock."""
+    proc = subprocess.run(fleet_killed_at("created", "--db", str(db), "rollout", *args),
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    with open_history(str(db)) as h:
+        ro = list_rollouts(h, limit=1)[0]
+    assert ro.status == "running" and ro.lock_owner is not None
+    assert ro.id is not None
+    return ro.id
+
+
+def test_sigkill_before_the_first_save_then_resume_force(tmp_path: Path) -> None:
+    db = tmp_path / "h.db"
+    rid = _killed_at_created(db, *CANARY)
+    assert not (tmp_path / "h.db.sim.json").exists()
+    again = run(db, *CANARY)
+    assert again.returncode == 3 and f"rollout {rid} is running" in again.stderr
+    refused = run(db, "resume", str(rid))
+    assert refused.returncode == 3 and "--force" in refused.stderr
+    done = run(db, "resume", str(rid), "--force", "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)["status"] == "completed"
+    m = load_matrix(MATRIX, today=date.today()).matrix
+    fleet = load_fleet(tmp_path / "h.db.sim.json", m)
+    assert len(fleet.hosts()) == 80
+    with open_history(str(db)) as h:
+        steps = load_steps(h, rid)
+        assert invariants(steps, fleet.scheduler(), fleet.installed_release) == []
+    assert all(fleet.installed_release(s.host) == s.to_release for s in steps)
+
+
+def test_sigkill_before_the_first_save_then_abort_force(tmp_path: Path) -> None:
+    db = tmp_path / "h.db"
+    rid = _killed_at_created(db, *CANARY)
+    refused = run(db, "abort", str(rid))  # recorded, but no controller is left to carry it out
+    assert refused.returncode == 3 and "--force" in refused.stderr, refused.stderr[-2000:]
+    aborted = run(db, "abort", str(rid), "--force", "--json")
+    assert aborted.returncode == 1, aborted.stderr[-2000:]
+    assert json.loads(aborted.stdout)["status"] == "aborted"
+    with open_history(str(db)) as h:
+        ro = list_rollouts(h, limit=1)[0]
+        assert ro.status == "aborted" and ro.lock_owner is None
+    after = run(db, *CANARY, "--json")  # the pools are free again
+    assert after.returncode == 0, after.stderr[-2000:]
+    assert json.loads(after.stdout)["status"] == "completed"
+
+
+def test_sigkill_before_the_first_save_ignores_an_earlier_fleet(tmp_path: Path) -> None:
+    """An earlier rollout's fleet (40 hosts) is in the state file: the killed rollout's own
+    fleet (80 hosts) is rebuilt from what it recorded, never taken from the earlier one."""
+    db = tmp_path / "h.db"
+    first = run(db, "start", "-m", MATRIX, "--sim", "40", "--pool", "h100-canary", "--json")
+    assert first.returncode == 0, first.stderr[-2000:]
+    rid = _killed_at_created(db, *CANARY)
+    done = run(db, "resume", str(rid), "--force", "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)["status"] == "completed"
+    m = load_matrix(MATRIX, today=date.today()).matrix
+    fleet = load_fleet(tmp_path / "h.db.sim.json", m)
+    assert len(fleet.hosts()) == 80
+    with open_history(str(db)) as h:
+        steps = load_steps(h, rid)
+    assert all(fleet.installed_release(s.host) == s.to_release for s in steps)

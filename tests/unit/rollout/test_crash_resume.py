@@ -121,3 +121,31 @@ def test_crash_half_way_through_a_batch(matrix: Matrix, tmp_path: Path) -> None:
     assert rig.problems(rid) == []
     # nothing applied twice: every host's packages changed once (boots once)
     assert all(rig.fleet.state(h.name)["boots"] == 1 for h in rig.fleet.hosts())
+
+
+@pytest.mark.parametrize("op", ["resume", "abort"])
+def test_crash_right_after_the_rollout_is_recorded(matrix: Matrix, tmp_path: Path,
+                                                    op: str) -> None:
+    """Killed at "created" (the row is written, no step taken): the dead controller's lock
+    blocks the pools until `resume --force` or `abort --force` ends the rollout."""
+    rig = Rig(matrix, tmp_path, pools=POOLS)
+
+    def checkpoint(label: str) -> None:
+        if label == "created":
+            raise Crash(label)
+
+    with pytest.raises(Crash):
+        rig.start(engine=rig.engine(checkpoint=checkpoint))
+    rid = list_rollouts(rig.history, limit=1)[0].id
+    assert rid is not None
+    with pytest.raises(LockHeld):
+        rig.start(engine=rig.engine(pid=2000, dead=True))
+    eng = rig.engine(pid=2000, dead=True)
+    with pytest.raises(LockHeld, match="stale"):
+        eng.resume(rid) if op == "resume" else eng.abort(rid)
+    res = (eng.resume(rid, force=True) if op == "resume"
+           else rig.engine(pid=3000, dead=True).abort(rid, force=True))
+    assert res.status == ("completed" if op == "resume" else "aborted"), res.reason
+    assert rig.problems(rid) == []
+    ro = list_rollouts(rig.history, limit=1)[0]
+    assert ro.status == res.status and ro.lock_owner is None

@@ -275,3 +275,40 @@ def test_rollback_target_comes_from_the_rollout_history(matrix: Matrix, tmp_path
     m2 = matrix.model_copy(update={"policy": policy})
     prev, source = previous_known_good(rig.history, m2, host, "h100")
     assert (prev.name if prev else None, source) == (before[host], "history")
+
+
+def test_every_host_unreachable_is_not_on_target(matrix: Matrix, tmp_path: Path) -> None:
+    """Nobody knows what an unreachable host runs: never "on its target already"."""
+    from fleet.errors import CouldNotComplete
+    from fleet.history.rollouts import list_rollouts
+
+    rig = Rig(matrix, tmp_path, pools={"h100-canary": 3})
+    for h in rig.fleet.hosts():
+        rig.fleet.inject(h.name, unreachable=True)
+    with pytest.raises(CouldNotComplete, match="3 host.*could not be reached") as info:
+        rig.start()
+    assert "h100-canary-00001" in str(info.value)
+    assert list_rollouts(rig.history) == []
+
+
+def test_nothing_to_move_says_why(matrix: Matrix, tmp_path: Path) -> None:
+    rig = Rig(matrix, tmp_path, pools={"h100-canary": 3}, start=CANARY_TARGET)
+    res = rig.start()
+    assert res.status == "nothing" and res.reason == "every host is on its target already"
+
+
+def test_unknown_pool_or_release_is_refused_before_anything(matrix: Matrix,
+                                                             tmp_path: Path) -> None:
+    from fleet.errors import BadInput
+    from fleet.history.rollouts import list_rollouts
+
+    rig = Rig(matrix, tmp_path)
+    with pytest.raises(BadInput, match="no pool 'nosuch'.*pools: a100, h100, h100-canary"):
+        rig.start(pools=["h100", "nosuch"])
+    with pytest.raises(BadInput, match="pool 'l40s' has no host"):
+        rig.start(pools=["l40s"])
+    with pytest.raises(BadInput, match="no release 'r999'.*releases: r550"):
+        rig.start(pools=["h100"], release="r999")
+    assert list_rollouts(rig.history) == []
+    assert all(rig.fleet.scheduler().state(h.name).state == "available"
+               for h in rig.fleet.hosts())
