@@ -42,12 +42,13 @@ def slurm_conf(lab_paths) -> str:  # noqa: ANN001 - conftest fixture
     return str(conf)
 
 
-def write_matrix(path: Path, benchmark: bool = True, **drain: Any) -> Path:
+def write_matrix(path: Path, benchmark: bool = True, reboot: str = "ssh", **drain: Any) -> Path:
     """matrices/lab.yaml with pool h100's `rollout.drain` set (quick polls for the tests);
     `benchmark=False` when a test leaves no host on the old release to compare with."""
     doc = yaml.safe_load((ROOT / "matrices" / "lab.yaml").read_text())
     doc["pools"]["h100"]["rollout"]["drain"] = {"poll_seconds": 1, **drain}
     doc["pools"]["h100"]["rollout"]["gates"]["benchmark"] = benchmark
+    doc["pools"]["h100"]["rollout"]["reboot"] = reboot
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
 
@@ -280,3 +281,40 @@ def test_an_admin_drain_is_never_taken_over_or_resumed(env, lab_paths, tmp_path)
     node = show_node(env, "h5")
     assert "DRAIN" in node["State"] and node["Reason"].startswith("ops: hold for vendor"), node
     assert job_state(env, job) in ("RUNNING", "COMPLETED", None)
+
+
+def test_reboots_through_slurm_keep_the_node_drained_until_verified(env, lab_paths, hosts,
+                                                                    tmp_path) -> None:  # noqa: ANN001
+    env = {**env, "FLEET_MATRIX": str(write_matrix(tmp_path / "slurm-reboot.yaml",
+                                                   reboot="slurm", timeout_minutes=5))}
+    first = {h: boot_id(lab_paths, h) for h in POOL_HOSTS}
+    seen: list[tuple[str, str, str]] = []  # (host, boot id, state) while the rollout runs
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            for h in POOL_HOSTS:
+                seen.append((h, boot_id(lab_paths, h), show_node(env, h).get("State", "")))
+            time.sleep(0.3)
+
+    t = threading.Thread(target=sample, daemon=True)
+    t.start()
+    try:
+        rc, doc = fleet(env, "rollout", "start", "--pool", "h100", "--release", "r580-cuda13.0")
+    finally:
+        stop.set()
+        t.join(timeout=10)
+    assert rc == 0 and doc["status"] == "completed", doc
+    for h in POOL_HOSTS:
+        assert boot_id(lab_paths, h) != first[h]  # rebooted by Slurm's RebootProgram
+        hosts[h].close()
+        assert hosts[h].nvml()["driver"] == R580
+        assert "DRAIN" not in show_node(env, h)["State"]  # undrained once verified
+        # from its new boot until the rollout was done with it, the node was never in service
+        after = [st for host, b, st in seen if host == h and b != first[h]]
+        assert after, f"no sample of {h} after its reboot"
+        first_idle = next((i for i, st in enumerate(after) if "DRAIN" not in st), len(after))
+        assert first_idle > 0, f"{h} came back from the Slurm reboot undrained: {after[:3]}"
+    ev = subprocess.run(["scontrol", "show", "node", "h2"], env=env, capture_output=True,
+                        text=True, timeout=30).stdout
+    assert "REBOOT" not in ev

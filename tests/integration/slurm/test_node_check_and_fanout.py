@@ -166,7 +166,7 @@ def test_health_check_drains_on_xid79_and_keeps_an_admin_drain(
         took, state, reason = wait_for(
             env, HOST, lambda s, r: s.startswith("drain") and r.startswith("fleet:"),
             interval + MARGIN_S)
-        assert reason.startswith("fleet: gpu.fallen_off_bus: "), reason
+        assert reason.startswith("fleet: health: gpu.fallen_off_bus: "), reason
         print(f"\n{HOST} drained {took:.1f} s after the Xid 79 (HealthCheckInterval "
               f"{interval:g} s): {reason}")
 
