@@ -63,14 +63,15 @@ class DrainWait:
     def look(self, host: str) -> DrainView:
         return view(host, self.scheduler.state(host), self.waited(host), self.settings)
 
-    def wait(self, hosts: Sequence[str], *, limit_s: float | None = None
-             ) -> dict[str, DrainView]:
+    def wait(self, hosts: Sequence[str], *, limit_s: float | None = None,
+             issue: bool = True) -> dict[str, DrainView]:
         """Poll until every host has a final outcome (ready, taken, down, failed, timeout).
 
+        `issue=False` when the caller has drained the hosts already (no second drain call).
         `limit_s` caps this call's wait below the pool's timeout (a grace period after jobs
         were cancelled): hosts still busy then come back as `timeout`.
         """
-        final = self.issue(hosts)
+        final = self.issue(hosts) if issue else {}
         pending = [h for h in hosts if h not in final]
         started = self.now()
         while pending:
@@ -119,14 +120,14 @@ def stop_jobs(scheduler: Scheduler, v: DrainView, action: str) -> tuple[bool, st
 
 def drain_hosts(wait: DrainWait, hosts: Sequence[str], *,
                 on_stop: Callable[[str, str, list[str]], None] | None = None,
-                ) -> dict[str, DrainView]:
+                issued: bool = False) -> dict[str, DrainView]:
     """Drain and wait, applying `on_timeout` for `skip`, `cancel` and `requeue` (and returning
     `timeout` views for `pause`, which the caller turns into a pause or a refusal).
 
     After a cancel or requeue the host gets a grace period of six polls (at least a minute) to
     empty; jobs that survive even that come back as `timeout`.
     """
-    final = wait.wait(hosts)
+    final = wait.wait(hosts, issue=not issued)
     action = wait.settings.on_timeout
     late = [v for v in final.values() if v.outcome == "timeout"]
     if not late or action in ("pause", "skip"):
@@ -140,7 +141,7 @@ def drain_hosts(wait: DrainWait, hosts: Sequence[str], *,
             stopped.append(v.host)
     if stopped:
         grace = max(60.0, 6 * wait.settings.poll_seconds)
-        final.update(wait.wait(stopped, limit_s=grace))
+        final.update(wait.wait(stopped, limit_s=grace, issue=False))
     return final
 
 

@@ -20,13 +20,21 @@ NVSentinel #1424). Completing jobs (CG) count as running: their epilog may still
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from fleet.domain.ports import AdminState, HostResult, StopAction
-from fleet.schedulers.runner import Runner, check_node_name, one_line, run_command, tail
+from fleet.schedulers.runner import (
+    Runner,
+    check_node_name,
+    one_line,
+    run_command,
+    subprocess_runner,
+    tail,
+)
 
 MARKER = "fleet:"
 HEALTH = "health:"
@@ -168,10 +176,6 @@ class SlurmScheduler:
                  monotonic: Callable[[], float] = time.monotonic,
                  slurm_conf: str | None = None) -> None:
         if runner is None and slurm_conf:
-            import os
-
-            from fleet.schedulers.runner import subprocess_runner
-
             runner = subprocess_runner({**os.environ, "SLURM_CONF": slurm_conf})
         self.run = runner or run_command
         self.marker = marker

@@ -66,7 +66,7 @@ class WaveSteps(EngineCore):
                         "ours": r.host not in refused}
         self._write(live, label=f"wave{w.index}:drain:issued")
         stops: list[Any] = []
-        views = drain_hosts(wait, [h for h in by_host if h not in refused],
+        views = drain_hosts(wait, [h for h in by_host if h not in refused], issued=True,
                             on_stop=lambda host, msg, jobs: stops.append(self._ev(
                                 "rollout.drain.stop", msg, host=host, jobs=jobs,
                                 action=settings.on_timeout)))

@@ -45,6 +45,7 @@ def test_waits_for_a_running_job_before_changing_the_host(matrix: Matrix,
     assert applied_at and (applied_at[0] - t0).total_seconds() >= 125
     step = next(s for s in rig.steps(res.rollout_id) if s.host == host)
     assert step.detail["drain_waited_s"] >= 125
+    assert rig.fleet.scheduler().calls.count(("drain", host)) == 1  # drained once, then polled
     assert "waiting_for" not in step.detail
     assert rig.problems(res.rollout_id) == []
 
