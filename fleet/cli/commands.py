@@ -14,7 +14,7 @@ GROUPS: tuple[tuple[str, str], ...] = (
     ("logs", "logs_cmd"),
     ("lab", "lab_cmd"),
     ("bench", "bench_cmd"),
-    ("rollout", "rollout_cmd"),
+    ("rollout", "rollout"),
     ("hygiene", "hygiene_cmd"),
     ("quarantine", "quarantine_cmd"),
 )

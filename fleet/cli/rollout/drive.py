@@ -1,0 +1,135 @@
+"""Running one rollout engine operation (start, resume, promote, abort) with a live wave table,
+then reporting and exiting by its outcome."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from fleet.cli.output import console, emit_json, esc
+from fleet.cli.rollout.common import now
+from fleet.cli.rollout.wiring import wiring
+from fleet.domain.matrix.models import Matrix
+from fleet.errors import ProblemsFound
+
+
+def wave_table(engine: Any) -> Any:
+    from rich.console import Group
+    from rich.text import Text
+
+    t = Table("wave", "pool", "hosts", "status", "verdict", "host states", "gate",
+              box=None, title=f"rollout {engine.rid}")
+    for w in engine._view_waves():
+        gate = w.get("gate") or {}
+        bench = gate.get("benchmark") or {}
+        health = gate.get("health") or {}
+        shown = bench.get("verdict") or health.get("verdict") or ""
+        colour = {"pass": "green", "fail": "red", "inconclusive": "yellow",
+                  "error": "yellow"}.get(w["verdict"] or "", "white")
+        t.add_row(str(w["index"]), esc(w["pool"]), str(w["hosts"]), w["status"],
+                  f"[{colour}]{w['verdict'] or ''}[/]",
+                  ", ".join(f"{n} {s}" for s, n in w["states"].items()), shown)
+    lines = waiting_lines(waiting(engine.steps.values()))
+    return Group(t, *(Text(line) for line in lines)) if lines else t
+
+
+def drive(ctx: typer.Context, matrix_path: str, source: dict[str, Any], json_out: bool,
+          action: Any, *, create: bool = False, build: dict[str, Any] | None = None,
+          options: dict[str, Any] | None = None, rollout_id: int | None = None,
+          matrix: Matrix | None = None) -> None:
+    """Run one engine operation with the live display, then report and exit by outcome.
+
+    A rollout that completed while its plan skipped unreachable hosts did not do all it was
+    asked: exit 3 naming them (they still run what they ran, whatever that is)."""
+    import time as _time
+
+    from rich.live import Live
+
+    from fleet.cli.app import settings
+    from fleet.domain.matrix.loader import load_matrix
+    from fleet.history import open_history
+    from fleet.jobs.rollout import RolloutEngine, RolloutOptions
+
+    m = matrix or load_matrix(Path(matrix_path), today=datetime.now(UTC).date()).matrix
+    made: list[Any] = []
+    backend, sched, sleep = wiring(m, source, create=create, build=build,
+                                   rollout_id=rollout_id,
+                                   owner=lambda: made[0].rid if made else rollout_id)
+    live: Live | None = None
+    last = [0.0]
+
+    def progress(engine: Any) -> None:
+        if live is not None and _time.monotonic() - last[0] > 0.2:
+            last[0] = _time.monotonic()
+            live.update(wave_table(engine))
+
+    opts = RolloutOptions(**(options or {}))
+    with open_history(settings(ctx).db) as history:
+        engine = RolloutEngine(backend, sched, history, m, now=now, sleep=sleep,
+                               options=opts, on_progress=progress)
+        made.append(engine)
+        if console.is_terminal:
+            live = Live(console=console, refresh_per_second=5, transient=False)
+            live.start()
+        try:
+            result = action(engine)
+        finally:
+            if live is not None:
+                live.update(wave_table(engine))
+                live.stop()
+        left = _skipped_unreachable(history, result.rollout_id)
+    if live is None and result.rollout_id is not None:
+        console.print(wave_table(engine))
+    doc = {**result.as_dict(), "source": source, "unreachable": left}
+    if json_out:
+        emit_json(doc)
+    console.print(f"rollout {result.rollout_id}: [bold]{result.status}[/bold]"
+                  + (f": {esc(result.reason)}" if result.reason else ""), soft_wrap=True)
+    if result.status in ("rolled_back", "aborted", "failed"):
+        raise ProblemsFound(f"rollout {result.rollout_id} {result.status}")
+    from fleet.errors import CouldNotComplete
+
+    if result.status in ("paused", "aborting", "running", "rolling_back"):
+        raise CouldNotComplete(f"rollout {result.rollout_id} is {result.status}: "
+                               f"`fleet rollout promote|abort|resume {result.rollout_id}`")
+    if left:
+        from fleet.domain.selection import known
+
+        raise CouldNotComplete(f"rollout {result.rollout_id} {result.status} without "
+                               f"{len(left)} unreachable host(s), still on whatever they ran: "
+                               f"{known(left)}")
+
+
+def _skipped_unreachable(history: Any, rollout_id: int | None) -> list[str]:
+    """The hosts a rollout's plan skipped because they could not be reached."""
+    from fleet.domain.plan import UNREACHABLE
+    from fleet.history.rollouts import start_data
+
+    if rollout_id is None:
+        return []
+    plan = start_data(history, rollout_id).get("plan") or {}
+    return [h for p in plan.get("pools") or [] for h, why in (p.get("skipped") or {}).items()
+            if why == UNREACHABLE]
+
+
+def waiting(steps: Any) -> list[dict[str, Any]]:
+    """Hosts whose drain waits for their jobs: who waits for what, since when."""
+    out = []
+    for s in steps:
+        w = (s.detail or {}).get("waiting_for")
+        if s.state == "draining" and w:
+            out.append({"host": s.host, "jobs": list(w.get("jobs") or []),
+                        "waited_s": w.get("waited_s"), "since": s.detail.get("drain_since"),
+                        "timed_out": bool(s.detail.get("drain_timed_out"))})
+    return out
+
+
+def waiting_lines(waiting: list[dict[str, Any]]) -> list[str]:
+    from fleet.domain.drain import describe_jobs
+
+    return [f"  {w['host']}: {'timed out on' if w['timed_out'] else 'waiting for'} "
+            f"{describe_jobs(w['jobs'])} ({w['waited_s']} s)" for w in waiting]

@@ -1,0 +1,153 @@
+"""`fleet rollout plan`: the waves a rollout would take, per pool, without touching a host.
+
+Hosts come from a pyinfra inventory (`--inventory`) or a simulated fleet (`--sim N`, or
+`--sim-spec FILE`). What each host runs now:
+
+- with `--sim`, the simulated fleet knows it;
+- with `--inventory`, a host is on an unknown release (so it moves) unless the history (`--db`)
+  has a snapshot of it that matched a matrix release (`fleet probe` records that). Run
+  `fleet probe` first for a plan that leaves hosts already on the target alone. The history
+  also gives the open quarantines and the hosts whose latest probe could not reach them (both
+  skipped, and counted against `max_unavailable`). Without a history file nothing is known.
+
+Administrative state (drained by someone else counts against `max_unavailable` and is not
+moved) is read from the workload manager with `--scheduler slurm|kubernetes`; the default
+`none` reads nothing. The simulated fleet has its own.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from fleet.cli.output import console, emit_json, esc
+from fleet.cli.rollout.common import (
+    InventoryOpt,
+    JsonFlag,
+    MatrixOpt,
+    PoolOpt,
+    SchedulerOpt,
+    SeedOpt,
+    SimOpt,
+    SimSpecOpt,
+    admin_states,
+    check_pools,
+    check_scheduler,
+    from_history,
+    inventory_hosts,
+)
+from fleet.cli.rollout.group import app
+from fleet.domain.plan import RolloutPlan
+from fleet.domain.ports import AdminState
+from fleet.errors import BadInput, ProblemsFound
+
+_SHOW = 8
+
+
+def _short(hosts: list[str]) -> str:
+    shown = ", ".join(hosts[:_SHOW])
+    return shown + (f", ... (+{len(hosts) - _SHOW})" if len(hosts) > _SHOW else "")
+
+
+def _print(plan: RolloutPlan) -> None:
+    t = Table("pool", "release", "canary", "moving", "waves", "wave sizes", "skipped",
+              "max unavailable", box=None)
+    for p in plan.pools:
+        sizes = [len(w.hosts) for w in p.waves]
+        shown = ", ".join(map(str, sizes[:12])) + (" ..." if len(sizes) > 12 else "")
+        t.add_row(esc(p.pool), esc(p.release), "yes" if p.canary else "", str(len(p.hosts)),
+                  str(len(p.waves)), shown, str(len(p.skipped)),
+                  f"{p.max_unavailable} ({len(p.unavailable)} out now)"
+                  + (" [red]blocked[/]" if p.blocked else ""))
+    console.print(t)
+    for p in plan.pools:
+        console.print(f"\n[bold]{esc(p.pool)}[/bold] -> {esc(p.release)}")
+        for w in p.waves[:_SHOW]:
+            console.print(f"  wave {w.index}: {len(w.hosts)} host(s): {_short(w.hosts)}",
+                          markup=False)
+        if len(p.waves) > _SHOW:
+            console.print(f"  ... {len(p.waves) - _SHOW} more wave(s)")
+        reasons: dict[str, list[str]] = {}
+        for host, why in p.skipped.items():
+            reasons.setdefault(why, []).append(host)
+        for why, hosts in sorted(reasons.items()):
+            console.print(f"  [dim]{esc(f'skipped ({why}): {_short(hosts)}')}[/dim]")
+        for note in p.notes:
+            console.print(f"  [yellow]note[/yellow]: {esc(note)}")
+        if p.blocked:
+            console.print(f"  [red]blocked[/red]: {esc(p.blocked)}")
+    if plan.unassigned:
+        console.print(f"\n[yellow]in no pool[/yellow] (never moved): "
+                      f"{esc(_short(plan.unassigned))}")
+
+
+@app.command("plan")
+def plan_cmd(
+    ctx: typer.Context,
+    matrix: MatrixOpt,
+    inventory: InventoryOpt = None,
+    sim: SimOpt = None,
+    sim_spec: SimSpecOpt = None,
+    seed: SeedOpt = 0,
+    pool: PoolOpt = None,
+    scheduler: SchedulerOpt = None,
+    json_out: JsonFlag = False,
+) -> None:
+    """Show the waves of a rollout to each pool's golden release; touches nothing.
+
+    Canary pools first; waves from the pool's `waves` list; hosts sharing a unit (NVLink domain
+    or rack) move together; quarantined, unreachable, drained-by-others hosts and hosts already
+    on the target are skipped with the reason. Exit 1 when a pool cannot move because its
+    `max_unavailable` is used up.
+    """
+    from fleet.cli.app import settings
+    from fleet.domain.matrix.loader import load_matrix
+    from fleet.domain.plan import plan_rollout
+
+    sources = [s for s in (inventory, sim, sim_spec) if s is not None]
+    if len(sources) != 1:
+        raise BadInput.single("give exactly one of --inventory, --sim N or --sim-spec FILE",
+                              field="--inventory/--sim")
+    check_scheduler(scheduler, sim=inventory is None)
+    m = load_matrix(matrix, today=datetime.now(UTC).date()).matrix
+    releases: dict[str, str | None]
+    admin: dict[str, AdminState]
+    unreachable: list[str] = []
+    quarantined: dict[str, str] = {}
+    meta: dict[str, Any] = {"matrix": str(matrix)}
+    if inventory is not None:
+        refs = inventory_hosts(inventory, m)
+        check_pools(pool, refs, m)  # before the history or the scheduler is asked anything
+        names = [r.name for r in refs]
+        releases, quarantined, unreachable = from_history(settings(ctx).db, names)
+        admin = admin_states(scheduler, refs)
+        meta.update(source="inventory", inventory=str(inventory),
+                    releases_known=len(releases))
+    else:
+        from fleet.sim import SimFleet, SimSpec
+
+        if sim_spec is not None:
+            fleet = SimFleet.from_spec(SimSpec.load(sim_spec), m)
+            meta.update(source="sim-spec", sim_spec=str(sim_spec))
+        else:
+            fleet = SimFleet.build(m, sim, seed)
+            meta.update(source="sim", sim=sim, seed=seed)
+        refs = fleet.hosts()
+        check_pools(pool, refs, m)
+        releases = fleet.releases_by_host()
+        sched = fleet.scheduler()
+        admin = {r.name: s for r in refs
+                 if (s := sched.state(r.name)).state != "available"}
+        unreachable = fleet.unreachable_hosts()
+    plan = plan_rollout(m, refs, releases=releases, admin=admin, quarantined=quarantined,
+                        unreachable=unreachable, pools=set(pool) if pool else None)
+    if json_out:
+        emit_json({**meta, **plan.as_dict()})
+    else:
+        _print(plan)
+    blocked = [p.pool for p in plan.pools if p.blocked]
+    if blocked:
+        raise ProblemsFound(f"pool(s) cannot move, max_unavailable used up: {', '.join(blocked)}")

@@ -1,0 +1,109 @@
+"""`fleet rollout start`: check every option, then drive a new rollout."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from fleet.cli.rollout.common import (
+    InventoryOpt,
+    JsonFlag,
+    MatrixOpt,
+    PoolOpt,
+    SchedulerOpt,
+    SeedOpt,
+    SimOpt,
+    SimSpecOpt,
+    check_pools,
+    check_scheduler,
+    from_history,
+)
+from fleet.cli.rollout.drive import drive
+from fleet.cli.rollout.group import app
+from fleet.cli.rollout.wiring import Saving, sim_build
+from fleet.errors import BadInput
+
+
+@app.command("start")
+def start_cmd(
+    ctx: typer.Context,
+    matrix: MatrixOpt,
+    inventory: InventoryOpt = None,
+    sim: SimOpt = None,
+    sim_spec: SimSpecOpt = None,
+    seed: SeedOpt = 0,
+    sim_faults: Annotated[str | None, typer.Option(
+        "--sim-faults", help="Fault rates of the simulated fleet: NAME=RATE,... (apply_fail, "
+                             "unreachable, xid_after_upgrade, slow, reboot_hangs, drained).",
+    )] = None,
+    sim_slow: Annotated[list[str] | None, typer.Option(
+        "--sim-slow", help="RELEASE=FACTOR: the release runs at FACTOR speed (0.8 = 20% "
+                           "slower) on every simulated host; repeatable.")] = None,
+    sim_state: Annotated[Path | None, typer.Option(
+        "--sim-state", help="Where the simulated fleet's state is kept between commands "
+                            "(default: <db>.sim.json).")] = None,
+    pool: PoolOpt = None,
+    release: Annotated[str | None, typer.Option(
+        "--release", "-r", help="Target release (default: each pool's golden release).")] = None,
+    scheduler: SchedulerOpt = None,
+    rollback_scope: Annotated[str, typer.Option(
+        "--rollback-scope", help="On a failed wave roll back: wave (its hosts) or all (every "
+                                 "host moved so far in the pool).")] = "wave",
+    json_out: JsonFlag = False,
+) -> None:
+    """Start a rollout: canary pools first, then waves, each drained, pinned, rebooted,
+    health-checked, benchmarked against a baseline, baked and undrained.
+
+    Exit 0 completed; 1 rolled back (a gate failed); 3 paused (inconclusive: promote or abort
+    it), lock held by another rollout, or could not complete. See docs/rollouts.md.
+    """
+    from fleet.cli.app import settings
+    from fleet.domain.matrix.loader import load_matrix
+    from fleet.domain.selection import release_problem
+
+    sources = [s for s in (inventory, sim, sim_spec) if s is not None]
+    if len(sources) != 1:
+        raise BadInput.single("give exactly one of --inventory, --sim N or --sim-spec FILE",
+                              field="--inventory/--sim")
+    if rollback_scope not in ("wave", "all"):
+        raise BadInput.single("expected wave or all", field="--rollback-scope")
+    if inventory is not None and (sim_faults or sim_slow or sim_state):
+        raise BadInput.single("--sim-faults, --sim-slow and --sim-state go with --sim N",
+                              field="--sim-faults")
+    check_scheduler(scheduler, sim=inventory is None)
+    m = load_matrix(matrix, today=datetime.now(UTC).date()).matrix
+    if (why := release_problem(release, m)) is not None:
+        raise BadInput.single(why, field="--release")
+    source: dict[str, Any]
+    build: dict[str, Any] | None = None
+    if inventory is not None:
+        # absolute paths: resume, promote and abort may run from another directory
+        source = {"source": "inventory", "inventory": str(inventory.absolute()),
+                  "scheduler": scheduler}
+    else:
+        db = settings(ctx).db
+        state = sim_state or Path((db if "://" not in db else "fleet.db") + ".sim.json")
+        build = sim_build(m, sim, seed, sim_spec, sim_faults, sim_slow)
+        source = {"source": "sim", "sim_state": str(state.absolute()), "build": build}
+
+    def action(engine: Any) -> Any:
+        check_pools(pool, list(engine.refs.values()), m)
+        fleet = engine.backend._target if isinstance(engine.backend, Saving) else None
+        releases: dict[str, str | None] = {}
+        unreachable: list[str] = []
+        if fleet is not None:
+            releases = fleet.releases_by_host()
+            unreachable = fleet.unreachable_hosts()
+        else:
+            names = list(engine.refs)
+            releases, _, unreachable = from_history(settings(ctx).db, names)
+        return engine.start(matrix_path=str(matrix.absolute()), pools=pool or None,
+                            release=release,
+                            releases=releases, unreachable=unreachable,
+                            start_data={"source": source})
+
+    drive(ctx, str(matrix), source, json_out, action, create=True, build=build,
+          options={"rollback_scope": rollback_scope}, matrix=m)
