@@ -39,21 +39,19 @@ from fleet.errors import CouldNotComplete, ExitCode
 from fleet.history import (
     History,
     add_snapshot,
-    benchmark_samples,
     iter_gpu_series,
     list_quarantines,
     open_quarantine,
     os_actor,
-    record_benchmark,
     record_event,
 )
+from fleet.jobs.hygiene_bench import BENCH_NAME as BENCH_NAME
+from fleet.jobs.hygiene_bench import BenchJudge as BenchJudge
+from fleet.jobs.hygiene_bench import PoolBenchmark as PoolBenchmark
+from fleet.jobs.hygiene_bench import Sizing, pool_benchmarks
 from fleet.jobs.record import kernel_cursors, record_snapshot
 
-BENCH_NAME = "hygiene-synthetic"
 DRAIN_MARK = "fleet-hygiene"
-
-BenchJudge = Callable[[Samples, Samples], Mapping[str, Any]]
-"""(this week's samples, baseline samples) -> {"verdict": pass|fail|inconclusive|nodata, ...}."""
 
 
 def default_judge() -> BenchJudge | None:
@@ -79,21 +77,6 @@ class QuarantineAction:
     def as_dict(self) -> dict[str, Any]:
         return {"host": self.host, "applied": self.applied,
                 "drained_by_fleet": self.drained_by_fleet, "message": self.message}
-
-
-@dataclass
-class PoolBenchmark:
-    pool: str
-    hosts: list[str]
-    verdict: str  # pass, fail, inconclusive, nodata, not_judged, error, skipped
-    reason: str = ""
-    baseline_samples: int = 0
-    judgement: Mapping[str, Any] | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"pool": self.pool, "hosts": self.hosts, "verdict": self.verdict,
-                "reason": self.reason, "baseline_samples": self.baseline_samples,
-                "judgement": dict(self.judgement) if self.judgement else None}
 
 
 @dataclass
@@ -174,13 +157,19 @@ def run_hygiene(
     apply_quarantine: bool = False,
     settings: TrendSettings | None = None,
     benchmark: bool = True,
-    bench_hosts_per_pool: int = 2,
-    bench_baseline_weeks: int = 4,
+    bench_hosts_per_pool: int | None = None,
+    bench_baseline_weeks: int | None = None,
+    bench_samples: int | None = None,
+    dcgm_level: int | None = None,
     judge: BenchJudge | Literal["default"] | None = "default",
     actor: str | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> HygieneReport:
-    """Run the weekly hygiene job once (see the module docstring)."""
+    """Run the weekly hygiene job once (see the module docstring).
+
+    The benchmark's hosts per pool, baseline weeks, samples per side and dcgmi level default to
+    the matrix's `hygiene:` settings; the arguments override them (the CLI's options).
+    """
     if now.tzinfo is None:
         raise ValueError("now must be timezone-aware (UTC)")
     settings = settings or TrendSettings()
@@ -250,10 +239,14 @@ def run_hygiene(
     if benchmark:
         judge_fn = default_judge() if judge == "default" else judge
         excluded = {p.host for p in plan.proposals} | set(open_names)
-        benches = _benchmarks(backend, history, drift, excluded, now=now,
-                              per_pool=bench_hosts_per_pool,
-                              baseline_weeks=bench_baseline_weeks,
-                              judge=judge_fn, matrix=matrix, say=say)
+        hs = matrix.hygiene
+        benches = pool_benchmarks(
+            backend, history, drift, excluded, now=now,
+            per_pool=bench_hosts_per_pool or hs.benchmark.hosts_per_pool,
+            baseline_weeks=bench_baseline_weeks or hs.benchmark.baseline_weeks,
+            judge=judge_fn, matrix=matrix,
+            sizing=Sizing.from_settings(hs.benchmark, bench_samples),
+            dcgm_level=dcgm_level or hs.dcgm_diag_level, say=say)
 
     report = HygieneReport(
         now=now, hosts=refs, drift=drift, trends=trends, quarantine=plan, applied=applied,
@@ -289,58 +282,3 @@ def _quarantine(history: History, scheduler: Scheduler, host: str, reason: str,
     open_quarantine(history, host, reason=reason, opened_by=actor, at=now,
                     data={**data, "drained_by_fleet": True})
     return QuarantineAction(host, True, True, f"drained through {scheduler.name}")
-
-
-def _benchmarks(
-    backend: Backend, history: History, drift: Sequence[HostDrift], excluded: set[str], *,
-    now: dt.datetime, per_pool: int, baseline_weeks: int, judge: BenchJudge | None,
-    matrix: Matrix | None = None,
-    say: Callable[[str], None],
-) -> list[PoolBenchmark]:
-    by_pool: dict[str, list[HostDrift]] = {}
-    for d in drift:
-        by_pool.setdefault(d.pool or "", []).append(d)
-    out: list[PoolBenchmark] = []
-    for pool in sorted(by_pool):
-        chosen = sorted(d.host for d in by_pool[pool]
-                        if d.conformant and d.host not in excluded)[:per_pool]
-        if not chosen:
-            out.append(PoolBenchmark(pool, [], "skipped", "no healthy conformant host"))
-            continue
-        say(f"benchmarking pool {pool} on {', '.join(chosen)}")
-        baseline = benchmark_samples(history, pool=pool, name=BENCH_NAME, kind="synthetic",
-                                     since=now - dt.timedelta(weeks=baseline_weeks), until=now)
-        params = (matrix.pools[pool].rollout.gates.suite_params().get("synthetic", {})
-                  if matrix is not None and pool in matrix.pools else {})
-        results = backend.benchmark(chosen, "synthetic", params)
-        candidate: dict[str, list[float]] = {}
-        errors = []
-        release = {d.host: d.release for d in by_pool[pool]}
-        for host in chosen:
-            r = results.get(host)
-            if r is None or not r.ok or r.value is None:
-                errors.append(f"{host}: {r.error if r else 'no answer'}")
-                continue
-            for metric, values in r.value.items():
-                candidate.setdefault(metric, []).extend(values)
-            record_benchmark(history, host, kind="synthetic", name=BENCH_NAME,
-                             started_at=now, ended_at=now, samples=r.value,
-                             release=release.get(host), pool=pool)
-        n_base = sum(len(v) for v in baseline.values())
-        if not candidate:
-            out.append(PoolBenchmark(pool, chosen, "error", "; ".join(errors), n_base))
-            continue
-        if not baseline:
-            out.append(PoolBenchmark(pool, chosen, "nodata",
-                                     "no baseline yet: this week's samples start it", 0))
-            continue
-        if judge is None:
-            # SEAM: fleet.domain.judge could not be imported (numpy/scipy missing); samples are
-            # still recorded so the baseline builds up.
-            out.append(PoolBenchmark(pool, chosen, "not_judged",
-                                     "the judge (fleet.domain.judge) is not available", n_base))
-            continue
-        j = judge(candidate, baseline)
-        out.append(PoolBenchmark(pool, chosen, str(j.get("verdict", "inconclusive")),
-                                 str(j.get("reason", "")), n_base, j))
-    return out

@@ -18,6 +18,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field
 
 from fleet.domain.matrix.base import Model as _Model
+from fleet.domain.matrix.hygiene_settings import HygieneSettings
 from fleet.domain.matrix.rollout_settings import CountOrPercent as CountOrPercent
 from fleet.domain.matrix.rollout_settings import DrainSettings as DrainSettings
 from fleet.domain.matrix.rollout_settings import GateSettings as GateSettings
@@ -362,6 +363,11 @@ class Policy(_Model):
         default={}, description="Pool -> last known-good release, the rollback target."
     )
     thresholds: Thresholds = Thresholds()
+    end_of_life: Literal["warn", "error"] = Field(
+        default="warn",
+        description="A release on a driver branch NVIDIA has ended: `warn` (exit 0) or `error` "
+        "(`fleet matrix check` exits 1). The matrix stays valid either way.",
+    )
 
 
 class Matrix(_Model):
@@ -371,6 +377,7 @@ class Matrix(_Model):
     releases: list[Release] = Field(min_length=1)
     policy: Policy
     pools: dict[Name, PoolSettings] = {}
+    hygiene: HygieneSettings = HygieneSettings()
 
     def release(self, name: str) -> Release:
         """The release called `name`; KeyError when the matrix has none."""
