@@ -1,0 +1,85 @@
+"""A support bundle: fixed file names, each optional, parsed into `Evidence`.
+
+A missing file leaves its part of the evidence `None` (the questions that need it say they could
+not judge); a file that is there but is not what its name says is a located `BadInput`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from fleet.domain.diagnose.model import Evidence
+from fleet.domain.diagnose.parse_host import (
+    parse_df,
+    parse_loadavg,
+    parse_meminfo,
+    parse_prometheus,
+    parse_ps,
+    parse_stat,
+)
+from fleet.domain.diagnose.parse_smi import parse_smi_text, parse_smi_xml
+from fleet.domain.diagnose.parse_streams import parse_dmon, parse_pmon, parse_topo
+from fleet.probe.hostprobe import parse_kernel_log
+
+# file name -> the command that produces it (docs/diagnose.md and the collector use these).
+BUNDLE_FILES: dict[str, str] = {
+    "nvidia-smi-q.xml": "nvidia-smi -q -x",
+    "nvidia-smi-q.txt": "nvidia-smi -q",
+    "dmon.txt": "nvidia-smi dmon -s pucm -c N",
+    "pmon.txt": "nvidia-smi pmon -s um -c N",
+    "topo.txt": "nvidia-smi topo -m",
+    "kernel.log": "dmesg (or journalctl -k)",
+    "meminfo": "cat /proc/meminfo",
+    "loadavg": "cat /proc/loadavg",
+    "stat": "cat /proc/stat; sleep N; cat /proc/stat",
+    "df.txt": "df -P",
+    "ps.txt": "ps -eo pid,psr,pcpu,rss,args",
+    "metrics.txt": "curl -s <the pool's serving metrics URL>",
+    "metrics-url": "the metrics URL itself (one line), written by `fleet bundle collect`",
+}
+
+
+def evidence(files: Mapping[str, str], where: str = "") -> Evidence:
+    """Parse the bundle's files (name -> text). `where` prefixes file names in errors (the
+    bundle folder)."""
+
+    def at(name: str) -> str:
+        return f"{where.rstrip('/')}/{name}" if where else name
+
+    ev = Evidence()
+    for name in BUNDLE_FILES:
+        ev.files[name] = "parsed" if name in files else "missing"
+    if "nvidia-smi-q.xml" in files:
+        ev.smi = parse_smi_xml(files["nvidia-smi-q.xml"], at("nvidia-smi-q.xml"))
+        if "nvidia-smi-q.txt" in files:
+            ev.files["nvidia-smi-q.txt"] = "unused (nvidia-smi-q.xml read instead)"
+    elif "nvidia-smi-q.txt" in files:
+        ev.smi = parse_smi_text(files["nvidia-smi-q.txt"], at("nvidia-smi-q.txt"))
+    if ev.smi is not None and ev.smi.failure:
+        key = "nvidia-smi-q.xml" if "nvidia-smi-q.xml" in files else "nvidia-smi-q.txt"
+        ev.files[key] = f"nvidia-smi failed: {ev.smi.failure}"
+    if "dmon.txt" in files:
+        ev.dmon = parse_dmon(files["dmon.txt"], at("dmon.txt"))
+    if "pmon.txt" in files:
+        ev.pmon = parse_pmon(files["pmon.txt"], at("pmon.txt"))
+    if "topo.txt" in files:
+        ev.topo = parse_topo(files["topo.txt"], at("topo.txt"))
+    if "kernel.log" in files:
+        ev.kernel_text = files["kernel.log"]
+        ev.kernel_events = parse_kernel_log(files["kernel.log"])
+    if "meminfo" in files:
+        ev.meminfo = parse_meminfo(files["meminfo"], at("meminfo"))
+    if "loadavg" in files:
+        ev.loadavg = parse_loadavg(files["loadavg"], at("loadavg"))
+    if "stat" in files:
+        ev.cpu = parse_stat(files["stat"], at("stat"))
+    if "df.txt" in files:
+        ev.df = parse_df(files["df.txt"], at("df.txt"))
+    if "ps.txt" in files:
+        ev.ps = parse_ps(files["ps.txt"], at("ps.txt"))
+    if "metrics-url" in files:
+        ev.queue_source = files["metrics-url"].strip() or None
+    if "metrics.txt" in files:
+        ev.queue = parse_prometheus(files["metrics.txt"], at("metrics.txt"))
+        ev.queue_source = ev.queue_source or at("metrics.txt")
+    return ev
