@@ -59,6 +59,14 @@ def run(
     benchmark: Annotated[bool, typer.Option(
         "--benchmark/--no-benchmark", help="Run the small synthetic benchmark per pool.")
     ] = True,
+    bench_samples: Annotated[int | None, typer.Option(
+        "--bench-samples", help="Benchmark samples per side for each judged check, instead of "
+        "the matrix's hygiene.benchmark.samples (default auto: what the judge needs).")
+    ] = None,
+    diag_level: Annotated[int | None, typer.Option(
+        "--diag-level", help="dcgmi diag level 1-4 when the benchmark runs through DCGM, "
+        "instead of the matrix's hygiene.dcgm_diag_level (1: seconds; 3: ~12 min+ per host).")
+    ] = None,
     sim: Annotated[int | None, typer.Option(
         "--sim", min=1, help="Run against a simulated fleet of N hosts instead of SSH.")
     ] = None,
@@ -91,6 +99,7 @@ def run(
     if scheduler not in SCHEDULERS:
         raise BadInput.single(f"unknown scheduler {scheduler!r} (expected one of: "
                               f"{', '.join(SCHEDULERS)})", field="--scheduler")
+    _check_bench_options(bench_samples, diag_level)
     if sim is not None and scheduler != "none":
         raise BadInput.single("a simulated fleet drains through its own scheduler; "
                               "--scheduler goes with --inventory", field="--scheduler")
@@ -132,6 +141,7 @@ def run(
         with open_history(settings(ctx).db) as history, console.status("hygiene") as status:
             report = run_hygiene(backend, sched, history, loaded.matrix, now=now, hosts=hosts,
                                  apply_quarantine=apply_quarantine, benchmark=benchmark,
+                                 bench_samples=bench_samples, dcgm_level=diag_level,
                                  progress=lambda m: status.update(esc(m)))
     finally:
         backend.close()
@@ -151,6 +161,18 @@ def run(
     if problems:
         raise ProblemsFound(f"{len(problems)} problem(s): " + "; ".join(problems[:5])
                             + (" ..." if len(problems) > 5 else ""))
+
+
+def _check_bench_options(bench_samples: int | None, diag_level: int | None) -> None:
+    """Option values checked before anything runs (exit 2, naming the option)."""
+    from fleet.domain.matrix.hygiene_settings import DCGM_LEVELS, MAX_SAMPLES
+
+    if diag_level is not None and diag_level not in DCGM_LEVELS:
+        raise BadInput.single(f"dcgmi diag levels are 1 to 4, got {diag_level}",
+                              field="--diag-level")
+    if bench_samples is not None and not 1 <= bench_samples <= MAX_SAMPLES:
+        raise BadInput.single(f"expected 1 to {MAX_SAMPLES} samples per side, got "
+                              f"{bench_samples}", field="--bench-samples")
 
 
 def _print_human(data: dict[str, Any]) -> None:
@@ -179,4 +201,14 @@ def _print_human(data: dict[str, Any]) -> None:
     for a in q["alerts"]:
         console.print(f"[red]ALERT[/red]: {esc(a)}")
     for b in data["benchmarks"]:
-        console.print(f"benchmark {b['pool']}: {b['verdict']} {b['reason']}", markup=False)
+        console.print(f"benchmark {b['pool']}: {b['verdict']}{_samples_text(b)} {b['reason']}",
+                      markup=False)
+
+
+def _samples_text(bench: dict[str, Any]) -> str:
+    """` (samples per side: had 1918 this week, 3836 baseline; needed 1917)`, or nothing."""
+    s = bench.get("samples")
+    if not s:
+        return ""
+    return (f" (samples per side: had {s['had']} this week, {s['baseline']} baseline; "
+            f"needed {s['needed']})")

@@ -166,8 +166,9 @@ def check_needs(spec: MetricSpec, config: JudgeConfig | None = None, *,
                                conf, power)
             n = max(minimum, n_noise)
             what = "Hodges-Lehmann" if kind == "location" else "Welch"
+            sign = "+" if spec.direction == "lower" else "-"
             why = (f"the judge's minimum {minimum}" if n_noise <= minimum else
-                   f"{what} interval inside +-{spec.allowance * 100:g}% at log sd "
+                   f"{what} interval inside {sign}{spec.allowance * 100:g}% at log sd "
                    f"{sigma:.3g} with power {power:g}")
             out.append(CheckNeed(spec.name, kind, n, why))
     tails = spec.tails if spec.kind != "tail" else (spec.tails or (0.99,))

@@ -7,6 +7,8 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
+from fleet.reports.bench_samples import CHECK_HEADER, check_rows, counts
+
 _CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222;max-width:1200px}
 h1{font-size:1.5em}h2{font-size:1.2em;margin-top:1.6em;border-bottom:1px solid #ddd}
@@ -123,10 +125,15 @@ def render_html(report: Mapping[str, Any], worst: int = 25) -> str:
                              str(b["proposed"]), str(b["already_quarantined"]),
                              _sev("fail") if b["tripped"] else "no") for b in q["breakers"]]))
     body.append("<h2>Synthetic benchmark per pool</h2>")
-    body.append(_table(["pool", "hosts", "verdict", "reason"],
+    body.append(_table(["pool", "hosts", "verdict",
+                        "samples per side (week / baseline / needed)", "reason"],
                        [(escape(b["pool"]), escape(", ".join(b["hosts"])), escape(b["verdict"]),
-                         escape(b["reason"])) for b in report["benchmarks"]])
+                         escape(counts(b)), escape(b["reason"])) for b in report["benchmarks"]])
                 if report["benchmarks"] else "<p>Not run.</p>")
+    rows = check_rows(report["benchmarks"])
+    if rows:
+        body.append("<p>Samples each judged check needed and had:</p>")
+        body.append(_table(list(CHECK_HEADER), [tuple(escape(c) for c in r) for r in rows]))
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>Fleet hygiene {escape(str(report['generated_at']))}</title>"
             f"<style>{_CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")

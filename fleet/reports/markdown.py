@@ -7,6 +7,8 @@ from collections.abc import Mapping, Sequence
 from datetime import date, datetime
 from typing import Any
 
+from fleet.reports.bench_samples import CHECK_HEADER, check_rows, counts
+
 
 def _default(obj: Any) -> Any:
     if isinstance(obj, datetime | date):
@@ -104,9 +106,14 @@ def render_markdown(report: Mapping[str, Any], worst: int = 20) -> str:
                 "(`fleet quarantine list`; release with `fleet quarantine release HOST`)."]
     out += ["", "## Synthetic benchmark per pool", ""]
     if report["benchmarks"]:
-        out += _table(["pool", "hosts", "verdict", "baseline samples", "reason"],
-                      [(b["pool"], ", ".join(b["hosts"]), b["verdict"], b["baseline_samples"],
+        out += _table(["pool", "hosts", "verdict", "samples per side (week / baseline / needed)",
+                       "reason"],
+                      [(b["pool"], ", ".join(b["hosts"]), b["verdict"], counts(b),
                         b["reason"]) for b in report["benchmarks"]])
+        rows = check_rows(report["benchmarks"])
+        if rows:
+            out += ["", "Samples each judged check needed (`fleet.domain.sample_size`) and had:",
+                    ""] + _table(CHECK_HEADER, rows)
     else:
         out.append("Not run.")
     return "\n".join(out) + "\n"

@@ -113,4 +113,12 @@ def render_prometheus(report: Mapping[str, Any]) -> str:
         f.add("benchmark_regression", "1 when the pool's synthetic benchmark regressed "
               "against its trailing baseline.", 1 if b["verdict"] == "fail" else 0,
               {"pool": b["pool"], "verdict": b["verdict"]})
+    for b in report["benchmarks"]:
+        s = b.get("samples")
+        if s:
+            for side, key in (("this_week", "had"), ("baseline", "baseline"),
+                              ("needed", "needed")):
+                f.add("benchmark_samples", "Benchmark samples per side of the pool's weekly "
+                      "judgement: this week's, the baseline's, and what the judge needs.",
+                      s[key], {"pool": b["pool"], "side": side})
     return f.text()
