@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from dataclasses import replace
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -11,9 +12,10 @@ from rich.table import Table
 
 from fleet.cli.output import console, emit_json, error_document, esc, print_problems, stdout
 from fleet.domain.matrix.diff import diff_matrices
+from fleet.domain.matrix.lifecycle import end_of_life
 from fleet.domain.matrix.loader import LoadedMatrix, load_matrix
 from fleet.domain.matrix.models import Matrix
-from fleet.errors import BadInput, ExitCode
+from fleet.errors import BadInput, ExitCode, ProblemsFound
 
 app = typer.Typer(
     help=(
@@ -31,31 +33,76 @@ JsonOpt = Annotated[
 ]
 
 
-def _load(path: Path) -> LoadedMatrix:
+TodayOpt = Annotated[
+    str | None,
+    typer.Option("--today", metavar="YYYY-MM-DD", show_default=False,
+                 help="Judge driver branch end of life on this date (default: today, UTC)."),
+]
+
+
+def _today() -> date:
+    return datetime.now(UTC).date()
+
+
+def _parse_today(value: str | None) -> date:
+    if value is None:
+        return _today()
+    try:
+        return date.fromisoformat(value)
+    except ValueError:
+        raise BadInput.single(f"not a date: {value!r} (expected YYYY-MM-DD)",
+                              field="--today") from None
+
+
+def _load(path: Path, today: date | None = None) -> LoadedMatrix:
     """Load with today's date (UTC) so end-of-life warnings are current."""
-    return load_matrix(path, today=datetime.now(UTC).date())
+    return load_matrix(path, today=today or _today())
 
 
 @app.command("check")
-def check(file: FileArg, json: JsonOpt = False) -> None:
+def check(file: FileArg, json: JsonOpt = False, today: TodayOpt = None) -> None:
     """Validate a matrix: structure, references, and NVIDIA compatibility rules.
 
     Exit 0 when valid (warnings are printed), 2 when invalid: every error is printed as
-    `file:line: field: message`.
+    `file:line: field: message`. A release on a driver branch NVIDIA has ended is a warning
+    naming the branch, its end and the supported replacements; with `policy.end_of_life:
+    error` in the matrix it is an error and the exit code is 1.
     """
+    on = _parse_today(today)
     try:
-        loaded = _load(file)
+        loaded = _load(file, on)
     except BadInput as exc:
         if json:  # the report, with the `error` every failing command's document has
             emit_json({**_check_report(str(file), exc.problems, valid=False),
                        **error_document(int(ExitCode.BAD_INPUT), str(exc), exc.where(),
                                         exc.problems)})
         raise
-    if json:
-        emit_json(_check_report(str(file), loaded.warnings, valid=True))
-        return
-    print_problems(loaded.warnings)
     m = loaded.matrix
+    eol = end_of_life(m, on)
+    strict = m.policy.end_of_life == "error" and bool(eol)
+    eol_keys = {(f.field, f.message()) for f in eol}
+    problems = [
+        replace(p, severity="error") if strict and (p.field, p.message) in eol_keys else p
+        for p in loaded.warnings
+    ]
+    lines = {(p.field, p.message): p.line for p in loaded.warnings}
+    failure = (f"{file}: {len(eol)} release(s) on driver branches past end of life "
+               "(policy.end_of_life: error)")
+    if json:
+        emit_json({
+            **_check_report(str(file), problems, valid=True),
+            "today": on.isoformat(),
+            "end_of_life_policy": m.policy.end_of_life,
+            "end_of_life": [{**f.as_dict(), "file": str(file),
+                             "line": lines.get((f.field, f.message())),
+                             "severity": "error" if strict else "warning"} for f in eol],
+        })
+        if strict:
+            raise ProblemsFound(failure)
+        return
+    print_problems(problems)
+    if strict:
+        raise ProblemsFound(failure)
     console.print(
         f"[green]ok[/green]: {esc(file)}: {len(m.releases)} releases, {len(m.pools)} pools, "
         f"{len(loaded.warnings)} warning(s)"

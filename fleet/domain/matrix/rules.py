@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from datetime import date
 
 from fleet.domain import nvidia_data
+from fleet.domain.matrix.lifecycle import branch_lifecycle
 from fleet.domain.matrix.models import Matrix, Release
 from fleet.domain.versions import branch_label, compare
 from fleet.errors import Problem
@@ -106,6 +107,17 @@ def cuda_needs_driver(matrix: Matrix, today: date | None) -> list[Problem]:
     for i, rel in enumerate(matrix.releases):
         field = f"releases[{i}].cuda"
         verdict, required = nvidia_data.cuda_compatibility(data, rel.cuda, rel.driver.version)
+        row, exact = data.toolkit_lookup(rel.cuda)
+        if row is not None and not exact:
+            out.append(_warning(field, (
+                f"NVIDIA's Table 3 has no row for CUDA {rel.cuda}; checked against CUDA "
+                f"{row.cuda}'s minimum driver (>= {row.min_driver}), which is unverified for it"
+            )))
+        if row is not None and not row.verified:
+            out.append(_warning(field, (
+                f"the minimum driver for CUDA {row.cuda} (>= {row.min_driver}) is unverified: "
+                f"no stored NVIDIA page states it ({data.cite(row.source)})"
+            )))
         if verdict == "unknown":
             out.append(_warning(field, (
                 f"CUDA {rel.cuda} is not in NVIDIA's table shipped with fleet (newest known "
@@ -163,6 +175,29 @@ def architecture_problems(release: Release, gpu_model: str,
     if release.driver.flavor not in arch.flavors:
         out.append(f"release {release.name!r} uses the {release.driver.flavor} kernel modules; "
                    f"{what} needs {' or '.join(arch.flavors)}")
+    return out + product_problems(release, gpu_model, data)
+
+
+def product_problems(release: Release, gpu_model: str,
+                     data: nvidia_data.NvidiaData | None = None) -> list[str]:
+    """Why `release` cannot drive this product, by NVIDIA's rules for it (Grace Hopper and
+    Blackwell need the open modules; HGX B200 needs 570.133.20 or later)."""
+    data = data or nvidia_data.load()
+    product = data.product_of(gpu_model)
+    if product is None:
+        return []
+    out = []
+    flavor = release.driver.flavor
+    wanted = product.flavors
+    if wanted is not None and "flavors" not in product.unverified and flavor not in wanted:
+        out.append(f"release {release.name!r} uses the {flavor} kernel modules; NVIDIA states "
+                   f"{product.title} needs the {' or '.join(wanted)} kernel modules "
+                   f"({data.cite(product.source)})")
+    minimum = product.min_driver
+    if (minimum is not None and "min_driver" not in product.unverified
+            and compare(release.driver.version, minimum) < 0):
+        out.append(f"release {release.name!r} uses driver {release.driver.version}; NVIDIA states "
+                   f"{product.title} needs {minimum} or later ({data.cite(product.source)})")
     return out
 
 
@@ -189,6 +224,12 @@ def gpu_architecture(matrix: Matrix, today: date | None) -> list[Problem]:
                 f"unknown GPU model {settings.gpu_model!r}; driver branch support not checked"
             )))
             continue
+        product = data.product_of(settings.gpu_model)
+        if product is not None and product.unverified:
+            out.append(_warning(f"pools.{pool}.gpu_model", (
+                f"NVIDIA's rule for {product.title} ({', '.join(product.unverified)}) is "
+                f"unverified, not checked: {product.note or 'no stored NVIDIA page states it'}"
+            )))
         for rel_pool, field, rel, role in _pool_releases(matrix):
             if rel_pool == pool:
                 for why in architecture_problems(rel, settings.gpu_model, data) or []:
@@ -206,36 +247,6 @@ def blocked_versions(matrix: Matrix, today: date | None) -> list[Problem]:
         for why in blocked_components(matrix, matrix.releases[index[name]]):
             message = f"{role} release {name!r}: {why}"
             out.append(_warning(field, message) if role == "allowed" else _error(field, message))
-    return out
-
-
-def branch_lifecycle(matrix: Matrix, today: date | None) -> list[Problem]:
-    """Warn on a branch past end of life, and on a New Feature Branch chosen as golden."""
-    data = nvidia_data.load()
-    out = []
-    if today is not None:
-        for i, rel in enumerate(matrix.releases):
-            info = data.branch(rel.branch)
-            if info is not None and info.past_eol(today):
-                out.append(_warning(f"releases[{i}].driver.version", (
-                    f"release {rel.name!r}: driver branch {branch_label(rel.branch)} "
-                    f"({info.designation}) reached end of life in {info.eol}"
-                )))
-    golden_fields: dict[str, str] = {}
-    for field, name, role in _references(matrix):
-        if role == "golden":
-            golden_fields.setdefault(name, field)
-    index = _index(matrix)
-    for name, field in golden_fields.items():
-        if name not in index:
-            continue
-        rel = matrix.releases[index[name]]
-        info = data.branch(rel.branch)
-        if info is not None and info.designation == "NFB":
-            out.append(_warning(field, (
-                f"golden release {name!r} is on {branch_label(rel.branch)}, a New Feature "
-                "Branch: short-lived, prefer a Production or Long Term Support branch"
-            )))
     return out
 
 
