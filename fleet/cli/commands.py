@@ -17,11 +17,13 @@ GROUPS: tuple[tuple[str, str], ...] = (
     ("rollout", "rollout"),
     ("hygiene", "hygiene_cmd"),
     ("quarantine", "quarantine_cmd"),
+    ("bundle", "diagnose_cmd"),
 )
 
 
 # Modules with top-level commands (`fleet probe`); each exposes `register(app)`.
-TOP_LEVEL: tuple[str, ...] = ("probe_cmd", "apply_cmd", "exec_cmd", "demo_cmd", "node_check_cmd")
+TOP_LEVEL: tuple[str, ...] = ("probe_cmd", "apply_cmd", "exec_cmd", "demo_cmd", "node_check_cmd",
+                              "diagnose_cmd")
 
 # The top-level commands each of those modules registers (keep in step with their `register`):
 # `fleet.cli.app.run` imports only the module of the command it runs (see `wanted`).
@@ -31,6 +33,7 @@ TOP_LEVEL_COMMANDS: dict[str, str] = {
     "exec": "exec_cmd",
     "demo": "demo_cmd",
     "node-check": "node_check_cmd",
+    "diagnose": "diagnose_cmd",
 }
 
 

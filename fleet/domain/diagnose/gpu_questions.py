@@ -118,8 +118,10 @@ def throttled(ev: Evidence) -> Result:
             "nvidia-smi -q -d PERFORMANCE,POWER,TEMPERATURE -i " + str(v.index),
             ("check airflow, fans and inlet temperature; a GPU that throttles alone is a "
              "hardware ticket" if thermal else
-             "raise the power limit back to the default (nvidia-smi -pl) or find who lowered "
-             "it; same utilization at a lower clock is slower work"),
+             "the GPU holds its clocks down to stay under its power limit: compare Current and "
+             "Default Power Limit (nvidia-smi -q -d POWER), restore a lowered limit "
+             "(nvidia-smi -pl), check the PSU and cooling; same utilization at a lower clock "
+             "is slower work"),
             v.index,
         ))
     if not judged:

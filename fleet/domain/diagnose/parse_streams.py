@@ -32,7 +32,7 @@ def _number(tok: str, name: str, lineno: int, col: str) -> float | None:
     try:
         return float(tok)
     except ValueError:
-        raise BadInput.single(f"{col}: {tok!r} is not a number", file=name, line=lineno,
+        raise BadInput.single(f"{tok!r} is not a number", file=name, line=lineno,
                               field=col) from None
 
 
