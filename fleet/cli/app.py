@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
+from typer.core import TyperGroup
 
 from fleet import __version__
 from fleet.cli.output import console, emit_error, print_error, print_problems, start_command
@@ -200,13 +201,26 @@ def wanted(args: list[str]) -> str | None:
     return _wanted(args)
 
 
+class FleetGroup(TyperGroup):
+    """The root `fleet` group: as typer builds it, every command gets its "Examples" help
+    section (fleet.cli.examples)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        from fleet.cli.examples import add_examples
+
+        add_examples(self)
+
+
 def build_app(only: str | None = None) -> typer.Typer:
     """The `fleet` app with every command, or only the command or group `only` (what `run`
     needs: the other command modules are never imported). Each group lives in its own module
     so a broken one is easy to find."""
     from fleet.cli import commands
+    from fleet.cli.examples import hide_flag_placeholders
 
-    new = typer.Typer(name="fleet", help=HELP, no_args_is_help=True,
+    hide_flag_placeholders()
+    new = typer.Typer(name="fleet", help=HELP, no_args_is_help=True, cls=FleetGroup,
                       pretty_exceptions_enable=False, add_completion=True)
     new.callback()(main)
     commands.register_top_level(new, only)

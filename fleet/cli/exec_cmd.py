@@ -23,8 +23,6 @@ def exec_(
 ) -> None:
     """Run an ad-hoc command on many hosts in parallel (fabric), for incident triage.
 
-    Example: fleet exec -i inventories/lab.py -l canary -- nvidia-smi -L
-
     Hosts that print the same thing are shown together. Exit 1 when a command exits non-zero on
     some host, 3 when a host could not be reached or timed out.
     """

@@ -8,6 +8,9 @@ import typer
 from rich.table import Table
 
 from fleet.cli.output import console, emit_json, esc
+from fleet.cli.selection import Limit, PoolAlias
+from fleet.cli.selection import check as check_selectors
+from fleet.domain.ports import HostRef
 from fleet.history import History, list_events, list_hosts, open_history
 from fleet.history.migrate import current_revision, head_revision, upgrade
 from fleet.history.models import Event, Host
@@ -23,7 +26,10 @@ def _db(ctx: typer.Context) -> str:
 
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
-LimitOpt = Annotated[int, typer.Option("--limit", "-n", min=1, help="How many, newest first.")]
+LastOpt = Annotated[int, typer.Option(
+    "--last", "-n", min=1, help="How many, newest first (-l/--limit selects hosts elsewhere).")]
+OldLimit = Annotated[int | None, typer.Option(
+    "--limit", min=1, hidden=True, help="Old spelling of --last (kept for existing scripts).")]
 
 
 def _open_existing(ctx: typer.Context) -> History:
@@ -33,10 +39,7 @@ def _open_existing(ctx: typer.Context) -> History:
 
 @app.command()
 def migrate(ctx: typer.Context, json: JsonFlag = False) -> None:
-    """Create the database if needed and upgrade its schema to the latest revision.
-
-    Example: fleet --db /var/lib/fleet/fleet.db history migrate
-    """
+    """Create the database if needed and upgrade its schema to the latest revision."""
     with open_history(_db(ctx), migrate=False) as h:
         before = current_revision(h)
         changed = upgrade(h)
@@ -66,13 +69,14 @@ def host_dict(h: Host) -> dict[str, Any]:
 @app.command()
 def events(
     ctx: typer.Context,
-    limit: LimitOpt = 50,
+    last: LastOpt = 50,
     kind: Annotated[str | None, typer.Option("--kind", help="Only events of this kind.")] = None,
     json: JsonFlag = False,
+    old_limit: OldLimit = None,
 ) -> None:
     """The event log, newest first: who did what, when and why."""
     with _open_existing(ctx) as h:
-        rows = list_events(h, limit=limit, kind=kind)
+        rows = list_events(h, limit=old_limit or last, kind=kind)
     if json:
         emit_json({"events": [event_dict(e) for e in rows]})
         return
@@ -89,12 +93,21 @@ def events(
 @app.command()
 def hosts(
     ctx: typer.Context,
-    pool: Annotated[str | None, typer.Option("--pool", help="Only hosts of this pool.")] = None,
+    limit: Limit = None,
+    pool: PoolAlias = None,
     json: JsonFlag = False,
 ) -> None:
-    """Every host the history knows, by pool."""
+    """Every host the history knows, by pool (exit 2 when a --limit value matches none)."""
+    from fleet.cli.selection import given, values
+    from fleet.domain.selection import select
+
+    selectors = given(limit, pool)
     with _open_existing(ctx) as h:
-        rows = list_hosts(h, pool=pool)
+        rows = list_hosts(h)
+    refs = [HostRef(name=x.name, pool=x.pool) for x in rows]
+    check_selectors(selectors, refs)
+    chosen = {r.name for r in select(values(selectors), refs)}
+    rows = [x for x in rows if x.name in chosen]
     if json:
         emit_json({"hosts": [host_dict(x) for x in rows]})
         return

@@ -4,19 +4,18 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.table import Table
 
 from fleet.cli.output import console, emit_json, esc
+from fleet.cli.selection import HostAlias, Limit, PoolAlias
 from fleet.domain.checks import Severity
 from fleet.errors import BadInput, CouldNotComplete, ProblemsFound
 
 Inventory = Annotated[Path, typer.Option("--inventory", "-i", help="pyinfra inventory file.",
                                          envvar="FLEET_INVENTORY")]
-Limit = Annotated[list[str] | None, typer.Option(
-    "--limit", "-l", help="Only these pools (inventory groups) or host-name globs; repeatable.")]
 MatrixOpt = Annotated[Path | None, typer.Option(
     "--matrix", "-m", help="Version matrix: judge release conformance against it.",
     envvar="FLEET_MATRIX")]
@@ -105,8 +104,9 @@ def probe(
 
 def check(
     ctx: typer.Context,
-    pool: Annotated[str | None, typer.Option("--pool", help="Only this pool.")] = None,
-    host: Annotated[list[str] | None, typer.Option("--host", help="Only these hosts.")] = None,
+    limit: Limit = None,
+    pool: PoolAlias = None,
+    host: HostAlias = None,
     show_ok: Annotated[bool, typer.Option("--all", help="Also list ok findings.")] = False,
     json_out: JsonFlag = False,
 ) -> None:
@@ -114,26 +114,25 @@ def check(
 
     Reads the history only (run `fleet probe` first). Exit 1 when any finding fails, 3 when a
     host's latest probe could not reach it or a host was never probed (nothing is known of it,
-    so it is not fine); 2 when --pool or --host names nothing the history knows.
+    so it is not fine); 2 when a --limit (or --pool, --host) value names nothing the history
+    knows.
     """
     from fleet.cli.app import settings
+    from fleet.cli.selection import choose, given
+    from fleet.domain.ports import HostRef
     from fleet.history import findings_of, latest_snapshots, list_hosts, open_history
 
     rows: list[dict[str, object]] = []
     unreachable: list[str] = []
     probed: set[str] = set()
+    selectors = given(limit, pool, host)
     with open_history(settings(ctx).db, create=False) as history:
-        known_hosts = list_hosts(history)
-        _check_selectors(pool, host, known_hosts)
-        scope = [h.name for h in known_hosts
-                 if (pool is None or h.pool == pool) and (not host or h.name in host)]
-        if not scope and known_hosts:
-            raise BadInput.single(f"none of the --host names is in pool {pool!r}",
-                                  field="--host")
+        known_hosts = [HostRef(name=h.name, pool=h.pool) for h in list_hosts(history)]
+        scope = [h.name for h in choose(selectors, known_hosts)]
         if not scope:
             raise CouldNotComplete("nothing to check: no host in the history yet (run `fleet "
                                    "probe -i INVENTORY` first)")
-        for h, snap in latest_snapshots(history, pool=pool, hosts=host):
+        for h, snap in latest_snapshots(history, hosts=scope if selectors else None):
             probed.add(h.name)
             if not snap.reachable or snap.source == "none" and "error" in (snap.facts or {}):
                 unreachable.append(h.name)
@@ -163,26 +162,6 @@ def check(
         raise CouldNotComplete("; ".join(lost))
     if any(r["severity"] == "fail" for r in rows):
         raise ProblemsFound("failing findings")
-
-
-def _check_selectors(pool: str | None, hosts: list[str] | None, known_hosts: list[Any]) -> None:
-    """`--pool` and every `--host` must name what the history knows (a typo is not "no
-    findings")."""
-    from fleet.domain.selection import known
-    from fleet.errors import Problem
-
-    problems = []
-    pools = {h.pool for h in known_hosts if h.pool}
-    if pool is not None and pool not in pools:
-        problems.append(Problem(None, None, "--pool", f"no host of pool {pool!r} in the history "
-                                                      f"(pools: {known(pools)})"))
-    names = {h.name for h in known_hosts}
-    missing = [h for h in dict.fromkeys(hosts or []) if h not in names]
-    for name in missing:
-        problems.append(Problem(None, None, "--host", f"no host {name!r} in the history (hosts: "
-                                                      f"{known(names)})"))
-    if problems:
-        raise BadInput(problems)
 
 
 def register(app: typer.Typer) -> None:

@@ -57,20 +57,33 @@ def release_problem(name: str | None, matrix: Matrix) -> str | None:
 
 
 def limit_matches(limit: str, host: HostRef) -> bool:
-    """pyinfra's `--limit`: a group (or pool) name, or a glob on the host name."""
+    """pyinfra's and Ansible's `--limit`: a group (or pool) name, or a glob on the host name."""
     groups = set(host.groups) | ({host.pool} if host.pool else set())
     return limit in groups or fnmatch.fnmatchcase(host.name, limit)
 
 
+def limit_problem(limit: str, hosts: Sequence[HostRef]) -> str:
+    """Why `limit` selects nothing, with what would have matched: pools, other inventory
+    groups, host names."""
+    pools = {h.pool for h in hosts if h.pool}
+    groups = {g for h in hosts for g in h.groups} - pools
+    parts = [f"pools: {known(pools)}"]
+    if groups:
+        parts.append(f"other groups: {known(groups)}")
+    parts.append(f"hosts: {known(h.name for h in hosts)}")
+    return f"{limit!r} matches no pool, group or host name ({'; '.join(parts)})"
+
+
+def unmatched(limits: Iterable[str], hosts: Sequence[HostRef]) -> list[str]:
+    """The values of `limits` that select no host: each one is a typo, even beside values
+    that do select hosts (a union would silently drop it)."""
+    return [lim for lim in dict.fromkeys(limits)
+            if not any(limit_matches(lim, h) for h in hosts)]
+
+
 def limit_problems(limits: Iterable[str], hosts: Sequence[HostRef]) -> list[str]:
     """Every `--limit` value must select at least one host."""
-    out = []
-    for lim in dict.fromkeys(limits):
-        if not any(limit_matches(lim, h) for h in hosts):
-            groups = {g for h in hosts for g in (*h.groups, h.pool or "")}
-            out.append(f"{lim!r} matches no host, pool or group (pools and groups: "
-                       f"{known(groups)}; or a glob on host names)")
-    return out
+    return [limit_problem(lim, hosts) for lim in unmatched(limits, hosts)]
 
 
 def select(limits: Sequence[str] | None, hosts: Sequence[HostRef]) -> list[HostRef]:

@@ -11,7 +11,6 @@ effect, so tests and commands that never touch hosts keep the plain stdlib.
 
 from __future__ import annotations
 
-import fnmatch
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -19,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fleet.errors import BadInput
+from fleet.domain.ports import HostRef
+from fleet.errors import BadInput, Problem
 
 _patched = False
 
@@ -65,20 +65,31 @@ def load_inventory(path: str | Path) -> Any:
     return load_inventory_file(path)
 
 
-def select_hosts(inventory: Any, limit: Sequence[str] | None) -> list[Any]:
-    """Hosts in a group named in `limit`, or whose name matches a glob in it; all when empty."""
+def host_ref(host: Any) -> HostRef:
+    """What a limit is matched against: the name, the inventory groups and the `pool` of the
+    host's data (a pool given as data is selectable like a group)."""
+    data = host.data.dict() if hasattr(host.data, "dict") else dict(host.data or {})
+    pool = data.get("pool")
+    return HostRef(name=host.name, pool=str(pool) if pool else None,
+                   groups=tuple(sorted(set(getattr(host, "groups", None) or []))))
+
+
+def select_hosts(inventory: Any, limit: Sequence[str] | None, *,
+                 field: str = "--limit") -> list[Any]:
+    """Hosts in a group (or pool) named in `limit`, or whose name matches a glob in it; all when
+    empty. Every value must select a host: a typo beside valid names is refused (BadInput
+    naming `field`), never silently dropped."""
+    from fleet.domain.selection import limit_matches, limit_problems
+
     hosts = list(inventory)
     if not limit:
         return hosts
-    chosen: list[Any] = []
-    for h in hosts:
-        groups = set(getattr(h, "groups", []) or [])
-        if any(lim in groups or fnmatch.fnmatch(h.name, lim) for lim in limit):
-            chosen.append(h)
-    if not chosen:
-        wanted = ",".join(limit)
-        raise BadInput.single(f"--limit {wanted} matches no host or group in the inventory")
-    return chosen
+    refs = [host_ref(h) for h in hosts]
+    wrong = limit_problems(limit, refs)
+    if wrong:
+        raise BadInput([Problem(None, None, field, why) for why in wrong])
+    return [h for h, ref in zip(hosts, refs, strict=True)
+            if any(limit_matches(lim, ref) for lim in limit)]
 
 
 @dataclass
