@@ -21,7 +21,6 @@ from fleet.sim import SimFleet
 ROOT = Path(__file__).resolve().parents[3]
 START = dt.datetime(2025, 9, 1, 6, tzinfo=dt.UTC)
 WEEK = dt.timedelta(weeks=1)
-SLOW_RELEASE = "r580-cuda13.0"  # h100 runs it, a100 runs r550
 
 
 def _matrix(**hygiene: Any) -> Matrix:
@@ -47,9 +46,17 @@ class Recording:
         return getattr(self.sim, name)
 
 
+def _releases() -> tuple[str, str]:
+    """Two releases the drift audit accepts: h100 runs the first (the one slowed), a100 the
+    second, so slowing one release slows one pool."""
+    first, second = (r.name for r in _matrix().allowed_releases()[:2])
+    return first, second
+
+
 def _fleet() -> SimFleet:
+    slow, other = _releases()
     return SimFleet.build(_matrix(), pools={"h100": 4, "a100": 4}, seed=3,
-                          start={"h100": SLOW_RELEASE, "a100": "r570-cuda12.8"})
+                          start={"h100": slow, "a100": other})
 
 
 @pytest.fixture
@@ -78,7 +85,7 @@ def test_healthy_pools_pass_and_a_slowed_pool_fails(history: History) -> None:
         s = by["h100"].samples
         assert s is not None and s["mode"] == "auto" and s["needed"] == 1917
         assert s["had"] >= 1917 and s["baseline"] >= 1917
-    sim.release_perf[SLOW_RELEASE] = 0.85  # h100's release now 15% slower on every host
+    sim.release_perf[_releases()[0]] = 0.85  # h100's release now 15% slower on every host
     report = run_hygiene(sim, sim.scheduler(), history, matrix, now=START + 3 * WEEK,
                          actor="test")
     by = {b.pool: b for b in report.benchmarks}
