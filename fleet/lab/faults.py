@@ -94,11 +94,24 @@ FAULTS: dict[str, tuple[dict[str, str], str]] = {
     "reboot-hang": ({}, "the next reboot never comes back"),
     "broken-package": ({}, "installing a driver package fails in its postinst (apt exits 100)"),
     "slow-bench": ({"factor": "0.7"}, "benchmarks and the model server run at this factor"),
+    # for `fleet diagnose` (docs/diagnose.md): what the fake nvidia-smi's dmon/pmon/topo show
+    "gpu-leak": (
+        {"gpu": "0", "pid": "4242", "mib": "2048", "rate": "64"},
+        "a compute process on the GPU whose memory grows by `rate` MiB/s (a leak), 60 % busy",
+    ),
+    "far-numa": (
+        {"gpu": "0", "pid": "1", "cpus": "1", "node": "1"},
+        "the GPU's CPU affinity becomes `cpus` (NUMA `node`) and `pid` uses the GPU: a process "
+        "running on any other CPU is on the far node",
+    ),
+    "busy": ({"gpu": "0", "util": "90", "mem": "40"}, "GPU utilization and memory-controller %"),
 }
 
 _KEY_RE = re.compile(r"^[A-Za-z0-9_.*]{1,80}$")
 _VAL_RE = re.compile(r"^[A-Za-z0-9_.:+ /-]{0,120}$")
-_INT_PARAMS = {"gpu", "count", "per_hour", "gen", "width", "temp", "code"}
+_INT_PARAMS = {"gpu", "count", "per_hour", "gen", "width", "temp", "code", "pid", "mib", "rate",
+               "node", "util", "mem"}
+_CPUS_RE = re.compile(r"^\d{1,4}(?:-\d{1,4})?$")
 
 
 @dataclass(frozen=True)
@@ -174,6 +187,9 @@ def parse(specs: list[str], gpu_count: int | None = None) -> list[Fault]:
         for k, v in params.items():
             if k in _INT_PARAMS and not (v.isdigit() and len(v) <= 9):
                 problems.append(Problem(None, None, where, f"{name}: {k} must be a number: {v!r}"))
+                bad = True
+            elif k == "cpus" and not _CPUS_RE.fullmatch(v):
+                problems.append(Problem(None, None, where, f"{name}: cpus must be N or N-M: {v!r}"))
                 bad = True
             elif k == "factor":
                 try:
@@ -315,6 +331,14 @@ def effects(fault: Fault, host: HostSpec) -> Effects:
         e.flags[name] = True
     elif name == "slow-bench":
         e.set["perf.slowdown"] = p["factor"]
+    elif name == "gpu-leak":
+        e.set.update({pre + "procs": f"{p['pid']}:{p['mib']}:{p['rate']}",
+                      pre + "procs_since": "{now}", pre + "util.gpu": "60"})
+    elif name == "far-numa":
+        e.set.update({pre + "cpus": p["cpus"], pre + "numa": p["node"],
+                      pre + "procs": f"{p['pid']}:1024", pre + "util.gpu": "60"})
+    elif name == "busy":
+        e.set.update({pre + "util.gpu": p["util"], pre + "util.memory": p["mem"]})
     return e
 
 

@@ -142,22 +142,8 @@ esac
 exit 0
 """
 
-_NVIDIA_SMI = """#!/usr/bin/python3
-# FAKE nvidia-smi from the fleet lab: a few queries, answered through pynvml (the fake NVML).
-import sys
-import pynvml as n
-try:
-    n.nvmlInit()
-except n.NVMLError as e:
-    msg = {18: "Failed to initialize NVML: Driver/library version mismatch",
-           9: "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."}
-    print(msg.get(e.value, f"Failed to initialize NVML: {e}"))
-    sys.exit(e.value if e.value < 256 else 255)
-drv = n.nvmlSystemGetDriverVersion()
-for i in range(n.nvmlDeviceGetCount()):
-    h = n.nvmlDeviceGetHandleByIndex(i)
-    print(f"{i}, {n.nvmlDeviceGetName(h)}, {drv}")
-"""
+# FAKE nvidia-smi, answered through pynvml (the fake NVML): fleet/lab/nvml/nvidia_smi.py
+_NVIDIA_SMI = (Path(__file__).parent / "nvml" / "nvidia_smi.py").read_text()
 
 
 def _driver_package(spec: _Spec, rel: _Release, perf: Perf, nvml_lib: bytes) -> FakePackage:

@@ -452,6 +452,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t dev, unsigned int *co
     UNLOCK_RETURN(NVML_SUCCESS);
 }
 
+static unsigned long long procs_bytes(int gi);
+
 /* ---------------- modes / memory ---------------- */
 EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t dev, unsigned int *current, unsigned int *pending) {
     DEV_PROLOGUE("nvmlDeviceGetMigMode");
@@ -464,7 +466,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t dev, nvmlMemory_t *mem)
     DEV_PROLOGUE("nvmlDeviceGetMemoryInfo");
     if (!mem) UNLOCK_RETURN(NVML_ERROR_INVALID_ARGUMENT);
     mem->total = gnum(gi, "memory.total", 85520809984ULL);
-    mem->used = gnum(gi, "memory.used", 567279616ULL);
+    mem->used = gnum(gi, "memory.used", 567279616ULL) + procs_bytes(gi);
     mem->free = mem->total > mem->used ? mem->total - mem->used : 0;
     UNLOCK_RETURN(NVML_SUCCESS);
 }
@@ -515,7 +517,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t dev, nvmlMemory_v2_t
     if (!mem) UNLOCK_RETURN(NVML_ERROR_INVALID_ARGUMENT);
     mem->total = gnum(gi, "memory.total", 85520809984ULL);
     mem->reserved = gnum(gi, "memory.reserved", 333447168ULL);
-    mem->used = gnum(gi, "memory.used", 567279616ULL);
+    mem->used = gnum(gi, "memory.used", 567279616ULL) + procs_bytes(gi);
     mem->free = mem->total > mem->used + mem->reserved ? mem->total - mem->used - mem->reserved : 0;
     UNLOCK_RETURN(NVML_SUCCESS);
 }
@@ -573,4 +575,98 @@ EXPORT nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *de
         }
     }
     return NVML_ERROR_NOT_FOUND;
+}
+
+/* ---------------- processes, CPU affinity, NUMA node (for `fleet diagnose`) ----------------
+ * gpuN.procs = pid:mib[:mib_per_s],...  compute processes and their GPU memory; a third field
+ * makes that process's memory grow from gpuN.procs_since (epoch seconds): a leak.
+ * gpuN.cpus = 0-7,16-23  the GPU's CPU affinity (default: every CPU of the machine).
+ * gpuN.numa = 0          the GPU's NUMA node. */
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId, computeInstanceId;
+} nvmlProcessInfo_v2_t;
+
+/* caller holds g_lock; out may be NULL (count only) */
+static int procs_of(int gi, nvmlProcessInfo_v2_t *out, int max) {
+    const char *p = gstr(gi, "procs", "");
+    unsigned long long since = gnum(gi, "procs_since", 0);
+    unsigned long long now = (unsigned long long)time(NULL);
+    int n = 0;
+    while (*p && n < max) {
+        char *end;
+        unsigned long pid = strtoul(p, &end, 10);
+        if (end == p) break;
+        unsigned long long mib = 0, rate = 0;
+        if (*end == ':') mib = strtoull(end + 1, &end, 10);
+        if (*end == ':') rate = strtoull(end + 1, &end, 10);
+        if (rate && since && now > since) mib += rate * (now - since);
+        if (out) {
+            out[n].pid = (unsigned int)pid;
+            out[n].usedGpuMemory = mib << 20;
+            out[n].gpuInstanceId = out[n].computeInstanceId = 0xFFFFFFFFu;
+        }
+        n++;
+        while (*end && *end != ',') end++;
+        p = *end ? end + 1 : end;
+    }
+    return n;
+}
+static unsigned long long procs_bytes(int gi) {
+    nvmlProcessInfo_v2_t buf[64];
+    int n = procs_of(gi, buf, 64);
+    unsigned long long sum = 0;
+    for (int i = 0; i < n; i++) sum += buf[i].usedGpuMemory;
+    return sum;
+}
+static nvmlReturn_t running(nvmlDevice_t dev, unsigned int *count, nvmlProcessInfo_v2_t *infos,
+                            const char *fn) {
+    DEV_PROLOGUE(fn);
+    if (!count) UNLOCK_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    int n = procs_of(gi, NULL, 1 << 20);
+    if (n == 0) { *count = 0; UNLOCK_RETURN(NVML_SUCCESS); }
+    if (!infos || *count < (unsigned int)n) { *count = (unsigned int)n; UNLOCK_RETURN(NVML_ERROR_INSUFFICIENT_SIZE); }
+    *count = (unsigned int)procs_of(gi, infos, n);
+    UNLOCK_RETURN(NVML_SUCCESS);
+}
+EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned int *c, nvmlProcessInfo_v2_t *p) { return running(d, c, p, "nvmlDeviceGetComputeRunningProcesses"); }
+EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t d, unsigned int *c, nvmlProcessInfo_v2_t *p) { return running(d, c, p, "nvmlDeviceGetComputeRunningProcesses"); }
+static nvmlReturn_t no_graphics(nvmlDevice_t dev, unsigned int *count, const char *fn) {
+    DEV_PROLOGUE(fn);
+    if (!count) UNLOCK_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    *count = 0;
+    UNLOCK_RETURN(NVML_SUCCESS);
+}
+EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t d, unsigned int *c, void *p) { (void)p; return no_graphics(d, c, "nvmlDeviceGetGraphicsRunningProcesses"); }
+EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t d, unsigned int *c, void *p) { (void)p; return no_graphics(d, c, "nvmlDeviceGetGraphicsRunningProcesses"); }
+
+EXPORT nvmlReturn_t nvmlDeviceGetCpuAffinity(nvmlDevice_t dev, unsigned int size, unsigned long *set) {
+    DEV_PROLOGUE("nvmlDeviceGetCpuAffinity");
+    if (!set || !size) UNLOCK_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    memset(set, 0, size * sizeof *set);
+    unsigned long bits = 8 * sizeof *set;
+    const char *p = gstr(gi, "cpus", NULL);
+    char all[32];
+    if (!p) {
+        long n = sysconf(_SC_NPROCESSORS_CONF);
+        snprintf(all, sizeof all, "0-%ld", n > 0 ? n - 1 : 0);
+        p = all;
+    }
+    while (*p) {
+        char *end;
+        unsigned long lo = strtoul(p, &end, 10), hi = lo;
+        if (end == p) break;
+        if (*end == '-') hi = strtoul(end + 1, &end, 10);
+        for (unsigned long c = lo; c <= hi && c < size * bits; c++) set[c / bits] |= 1UL << (c % bits);
+        p = *end == ',' ? end + 1 : end;
+        if (*p && (*p < '0' || *p > '9')) break;
+    }
+    UNLOCK_RETURN(NVML_SUCCESS);
+}
+EXPORT nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t dev, unsigned int *node) {
+    DEV_PROLOGUE("nvmlDeviceGetNumaNodeId");
+    if (!node) UNLOCK_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    *node = (unsigned int)gnum(gi, "numa", 0);
+    UNLOCK_RETURN(NVML_SUCCESS);
 }

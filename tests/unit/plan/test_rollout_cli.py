@@ -69,9 +69,13 @@ def test_plan_inventory_with_history(fleet_cli, tmp_path: Path) -> None:  # type
         add_snapshot(history, "gpu-h5", taken_at=now, source="none", reachable=False)
         open_quarantine(history, "gpu-h2", reason="ECC trend", opened_by="test", at=now)
     r = fleet_cli("--db", str(db), "rollout", "plan", "-m", MATRIX, "-i", str(inv), "--json")
-    assert r.returncode == 0, r.stderr
+    # gpu-h5 unreachable, 39 hosts never probed: the plan is shown, and it is incomplete
+    assert r.returncode == 3, r.stderr
+    assert "never probed" in r.stderr and "unreachable at their latest probe: gpu-h5" in r.stderr
     doc = json.loads(r.stdout)
     assert doc["source"] == "inventory" and doc["releases_known"] == 1
+    assert doc["unreachable"] == ["gpu-h5"] and len(doc["never_probed"]) == 39
+    assert "gpu-h3" not in doc["never_probed"] and "gpu-h2" in doc["never_probed"]
     pools = {p["pool"]: p for p in doc["pools"]}
     assert list(pools) == ["h100-canary", "h100"]
     h100 = pools["h100"]
@@ -82,7 +86,60 @@ def test_plan_inventory_with_history(fleet_cli, tmp_path: Path) -> None:  # type
     # without a history nothing is known: every host moves
     r = fleet_cli("--db", str(tmp_path / "none.db"), "rollout", "plan", "-m", MATRIX,
                   "-i", str(inv), "--json")
+    assert r.returncode == 3, r.stderr  # nobody looked at any host
     doc = json.loads(r.stdout)
-    assert doc["releases_known"] == 0
+    assert doc["releases_known"] == 0 and len(doc["never_probed"]) == 41
     assert not (tmp_path / "none.db").exists()
     assert sum(len(w["hosts"]) for p in doc["pools"] for w in p["waves"]) == 41
+
+
+def _probed_inventory(tmp_path: Path, *, down: str | None = None,
+                      skip: str | None = None) -> tuple[Path, Path]:
+    """An inventory of three h100 hosts and a history in which each was probed (reachable,
+    on r570) except `skip`; `down`'s latest probe could not reach it."""
+    from fleet.history import add_snapshot, open_history
+
+    tmp_path.mkdir()
+    inv = tmp_path / "hosts.py"
+    inv.write_text('h100 = ["gpu-1", "gpu-2", "gpu-3"]\n')
+    db = tmp_path / "fleet.db"
+    now = datetime(2025, 6, 1, tzinfo=UTC)
+    with open_history(str(db)) as history:
+        for h in ("gpu-1", "gpu-2", "gpu-3"):
+            if h == skip:
+                continue
+            add_snapshot(history, h, taken_at=now, source="nvml", release="r570-cuda12.8")
+            if h == down:
+                add_snapshot(history, h, taken_at=now.replace(hour=1), source="none",
+                             reachable=False)
+    return inv, db
+
+
+def test_plan_exit_codes_follow_what_is_known(fleet_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """0 when every host of the plan was probed and reached; 3 when one was unreachable at its
+    latest probe or never probed (docs/exit-codes.md), the plan still shown."""
+    inv, db = _probed_inventory(tmp_path / "ok")
+    r = fleet_cli("--db", str(db), "rollout", "plan", "-m", MATRIX, "-i", str(inv), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["unreachable"] == [] and doc["never_probed"] == []
+    inv, db = _probed_inventory(tmp_path / "down", down="gpu-2")
+    r = fleet_cli("--db", str(db), "rollout", "plan", "-m", MATRIX, "-i", str(inv), "--json")
+    assert r.returncode == 3 and json.loads(r.stdout)["unreachable"] == ["gpu-2"]
+    inv, db = _probed_inventory(tmp_path / "unknown", skip="gpu-3")
+    r = fleet_cli("--db", str(db), "rollout", "plan", "-m", MATRIX, "-i", str(inv))
+    assert r.returncode == 3 and "never probed" in r.stderr and "gpu-3" in r.stderr
+    assert "wave 1" in r.stderr  # the plan is printed before the exit
+
+
+def test_plan_of_a_sim_with_an_unreachable_host_exits_3(fleet_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("pools:\n  h100: {hosts: 6}\n")
+    r = fleet_cli("rollout", "plan", "-m", MATRIX, "--sim-spec", str(spec), "--json")
+    assert r.returncode == 0, r.stderr
+    spec.write_text("pools:\n  h100: {hosts: 6}\nfaults:\n  h100-00003: {unreachable: true}\n")
+    r = fleet_cli("rollout", "plan", "-m", MATRIX, "--sim-spec", str(spec), "--json")
+    assert r.returncode == 3, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["unreachable"] == ["h100-00003"] and "h100-00003" in r.stderr
+    assert doc["never_probed"] == []  # a simulated fleet knows every host
