@@ -65,7 +65,7 @@ def run(
     ] = None,
     diag_level: Annotated[int | None, typer.Option(
         "--diag-level", help="dcgmi diag level 1-4 when the benchmark runs through DCGM, "
-        "instead of the matrix's hygiene.dcgm_diag_level (1: seconds; 3: ~12 min+ per host).")
+        "instead of the matrix's hygiene.dcgm_diag_level (1: seconds; 3: ~15 min per host).")
     ] = None,
     sim: Annotated[int | None, typer.Option(
         "--sim", min=1, help="Run against a simulated fleet of N hosts instead of SSH.")

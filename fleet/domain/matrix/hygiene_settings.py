@@ -9,8 +9,8 @@
         power: 0.9
       dcgm_diag_level: 1     # dcgmi diag -r N when the benchmark runs through DCGM
 
-`dcgm_diag_level` trades time for depth: level 1 takes seconds, 2 about two minutes, 3 about
-12 minutes and 4 an hour or more per host (docs/hygiene.md, with sources).
+`dcgm_diag_level` trades time for depth: NVIDIA gives level 1 as seconds, 2 as about two
+minutes, 3 as about 15 minutes and 4 as longer still (docs/hygiene.md, with the sources).
 """
 
 from __future__ import annotations
@@ -63,4 +63,4 @@ class HygieneSettings(_Model):
     dcgm_diag_level: int = Field(
         default=1, ge=1, le=4,
         description="`dcgmi diag -r N` level when the synthetic benchmark runs through DCGM: "
-        "1 quick (seconds), 2 medium (~2 min), 3 long (~12 min+), 4 extended (an hour+).")
+        "1 quick (seconds), 2 medium (~2 min), 3 long (~15 min), 4 extended (longer).")
