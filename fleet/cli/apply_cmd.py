@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import sys
+from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, date, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -13,6 +14,9 @@ from rich.table import Table
 from fleet.cli.output import console, emit_json, esc
 from fleet.domain.ports import HostRef
 from fleet.errors import BadInput, CouldNotComplete, Problem, ProblemsFound
+
+if TYPE_CHECKING:
+    from fleet.history import History
 
 Inventory = Annotated[Path, typer.Option("--inventory", "-i", envvar="FLEET_INVENTORY",
                                          help="pyinfra inventory file.")]
@@ -42,25 +46,73 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def _report(results: list, json_out: bool, extra: dict | None = None) -> None:  # type: ignore[type-arg]
+def _read_only_history(db: str) -> AbstractContextManager[History | None]:
+    """The history a dry run reads (active rollouts, known-good releases), never created: no
+    history file yet means nothing is known (None)."""
+    from fleet.history import open_history
+
+    if "://" not in db and not Path(db).exists():
+        return nullcontext(None)
+    return open_history(db, create=False)
+
+
+def _summary(r: Any) -> str:
+    """The changes column: package changes as before; a dry run counts every kind."""
+    if r.change is None or r.outcome != "would_change":
+        return ", ".join(str(c) for c in r.changes) or "-"
+    c = r.change
+    parts = [f"{n} {what}" for n, what in ((len(c.packages), "package(s)"),
+                                           (len(c.holds), "hold(s)"),
+                                           (len(c.files), "pin file(s)")) if n]
+    return ", ".join(parts + (["reboot"] if c.reboot else [])) or "-"
+
+
+def _report(results: list, json_out: bool, extra: dict | None = None,  # type: ignore[type-arg]
+            *, dry: bool = False) -> None:
     if json_out:
         emit_json({**(extra or {}), "hosts": [r.as_dict() for r in results]})
         return
     t = Table("host", "pool", "from", "to", "outcome", "changes", "note", box=None)
     for r in results:
-        changes = ", ".join(str(c) for c in r.changes) or "-"
         style = _STYLE.get(r.outcome, "")
         note = r.error or ("reboot" if r.rebooted else "")
         if r.left_drained:
             note += " (left drained)"
         t.add_row(esc(r.host), esc(r.pool or ""), esc(r.from_release or "?"), esc(r.to_release),
-                  f"[{style}]{r.outcome}[/]", esc(changes), esc(note))
+                  f"[{style}]{r.outcome}[/]", esc(_summary(r)), esc(note))
     console.print(t)
+    if dry:
+        _print_dry(results)
 
 
-def _exit(results: list) -> None:  # type: ignore[type-arg]
+def _print_dry(results: list) -> None:  # type: ignore[type-arg]
+    """Each changing host's package, hold and pin-file changes, one per line."""
+    for r in results:
+        if r.change is None or r.outcome != "would_change":
+            continue
+        drain = f", drained through {r.drain_through} first" if r.drain_through else ""
+        console.print(f"\n{r.host}: {r.from_release or 'unknown release'} -> "
+                      f"{r.to_release}{drain}", markup=False, highlight=False)
+        for line in r.change.lines():
+            console.print(f"  {line}", markup=False, highlight=False)
+    console.print("\ndry run: nothing was changed, drained or recorded", markup=False)
+
+
+def _exit(results: list, *, dry: bool = False) -> None:  # type: ignore[type-arg]
+    """Exit by outcome (docs/exit-codes.md). A dry run that could not read a host (unreachable,
+    or its packages unreadable) is incomplete: it never says a host it could not read has
+    nothing to change."""
     unreachable = [r.host for r in results if r.outcome == "unreachable"]
     failed = [r.host for r in results if r.outcome in ("failed", "refused")]
+    if dry:
+        unread = unreachable + [r.host for r in results if r.outcome == "failed"]
+        refused = [r.host for r in results if r.outcome == "refused"]
+        if unread:
+            raise CouldNotComplete(f"dry run: could not read {', '.join(unread)}; what would "
+                                   "change there is unknown")
+        if refused:
+            raise ProblemsFound(f"dry run: would be refused: {', '.join(refused)}")
+        return
     if unreachable:
         raise CouldNotComplete(f"unreachable: {', '.join(unreachable)}"
                                + (f"; failed: {', '.join(failed)}" if failed else ""))
@@ -74,8 +126,9 @@ def apply(
     inventory: Inventory,
     matrix: MatrixOpt,
     limit: Limit = None,
-    dry: Annotated[bool, typer.Option("--dry", help="Show what would change; touch nothing.")]
-    = False,
+    dry: Annotated[bool, typer.Option(
+        "--dry", help="Show each host's package, hold and pin-file changes and whether it would "
+        "drain and reboot; reads the hosts over SSH, changes and records nothing.")] = False,
     force: Force = False,
     scheduler: SchedulerOpt = None,
     no_drain: NoDrain = False,
@@ -115,13 +168,15 @@ def apply(
     refs = backend.hosts()
     targets = {h.name: rel for h in refs}
     sched = scheduler_for(scheduler, refs)
-    with open_history(settings(ctx).db) as history, console.status("applying") as status:
+    db = settings(ctx).db
+    opened = _read_only_history(db) if dry else open_history(db)
+    with opened as history, console.status("planning" if dry else "applying") as status:
         results = pin_hosts(backend, history, m, targets, now=_now, dry=dry, actor=os_actor(),
                             force=force, reason=reason, scheduler=sched, drain=not no_drain,
                             serial=serial,
                             on_progress=lambda h, what: status.update(esc(f"{what}: {h}")))
-    _report(results, json_out, {"release": release, "dry": dry})
-    _exit(results)
+    _report(results, json_out, {"release": release, "dry": dry}, dry=dry)
+    _exit(results, dry=dry)
 
 
 def rollback(
@@ -142,6 +197,10 @@ def rollback(
     scheduler: SchedulerOpt = None,
     no_drain: NoDrain = False,
     serial: Serial = 0,
+    dry: Annotated[bool, typer.Option(
+        "--dry", help="Show each host's target and its package, hold and pin-file changes; "
+        "reads the hosts over SSH and the history, changes and records nothing (no "
+        "confirmation asked).")] = False,
     json_out: JsonFlag = False,
 ) -> None:
     """Put a pool or hosts back on their last known-good release, verified (incident path).
@@ -155,7 +214,7 @@ def rollback(
     from fleet.domain.matrix.loader import load_matrix
     from fleet.domain.selection import release_problem
     from fleet.history import open_history, os_actor, record_event
-    from fleet.jobs.apply import pin_hosts, previous_known_good
+    from fleet.jobs.apply import pin_hosts
     from fleet.remote.backend import SshBackend
     from fleet.remote.session import patch_gevent
     from fleet.schedulers import scheduler_for
@@ -172,11 +231,12 @@ def rollback(
     refs = _selected(backend.hosts(), pool, host)
     sched = scheduler_for(scheduler, refs)
     actor = os_actor()
-    with open_history(settings(ctx).db) as history:
+    db = settings(ctx).db
+    with _read_only_history(db) if dry else open_history(db) as history:
         targets, sources, missing = {}, {}, []
         for r in refs:
             if to == "previous":
-                rel, source = previous_known_good(history, m, r.name, r.pool)
+                rel, source = _previous(history, m, r.name, r.pool)
             else:
                 try:
                     rel, source = m.release(to), "--to"
@@ -192,21 +252,36 @@ def rollback(
                                   + " (no history, no policy.previous for the pool); use --to",
                                   field="--to")
         plan = ", ".join(sorted({f"{t.name}" for t in targets.values()}))
-        console.print(f"rolling back {len(targets)} host(s) to {plan} ({reason})", markup=False)
-        if not yes:
+        console.print(f"{'would roll' if dry else 'rolling'} back {len(targets)} host(s) to "
+                      f"{plan} ({reason})", markup=False)
+        if not yes and not dry:
             if not sys.stdin.isatty():
                 raise BadInput.single("no terminal to confirm on: pass --yes", field="--yes")
             typer.confirm("proceed?", abort=True)
-        record_event(history, "rollback", pool or ",".join(host or []), reason,
-                     {"targets": {h: r.name for h, r in targets.items()}, "sources": sources},
-                     actor=actor, at=_now())
-        with console.status("rolling back") as status:
+        if not dry:
+            assert history is not None
+            record_event(history, "rollback", pool or ",".join(host or []), reason,
+                         {"targets": {h: r.name for h, r in targets.items()},
+                          "sources": sources}, actor=actor, at=_now())
+        with console.status("planning" if dry else "rolling back") as status:
             results = pin_hosts(backend, history, m, targets, now=_now, kind="rollback",
-                                force=force, reason=reason, actor=actor, scheduler=sched,
-                                drain=not no_drain, serial=serial,
+                                dry=dry, force=force, reason=reason, actor=actor,
+                                scheduler=sched, drain=not no_drain, serial=serial,
                                 on_progress=lambda h, what: status.update(esc(f"{what}: {h}")))
-    _report(results, json_out, {"reason": reason, "actor": actor, "sources": sources})
-    _exit(results)
+    _report(results, json_out, {"reason": reason, "actor": actor, "sources": sources, "dry": dry},
+            dry=dry)
+    _exit(results, dry=dry)
+
+
+def _previous(history: History | None, m: Any, host: str,
+              pool: str | None) -> tuple[Any, str]:
+    """A host's last known-good release; with no history file (a dry run), the matrix's."""
+    from fleet.jobs.apply import previous_known_good
+
+    if history is not None:
+        return previous_known_good(history, m, host, pool)
+    prev = m.previous_for(pool) if pool is not None else None
+    return (prev, "matrix") if prev is not None else (None, "none")
 
 
 def _selected(every: list[HostRef], pool: str | None, hosts: list[str] | None) -> list[HostRef]:

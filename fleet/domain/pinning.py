@@ -94,6 +94,12 @@ class PinPlan:
     steps: tuple[Step, ...]
     reboot_required: bool
     installed: Mapping[str, str] = field(default_factory=dict)  # distro versions before the pin
+    # the rest of the facts the plan was made from, so a dry run can say what changes and why
+    # (`fleet.domain.host_change`): held or version-locked names, the managed files' content
+    # (None: absent), the loaded kernel module's version when known
+    held: frozenset[str] = frozenset()
+    files: Mapping[str, str | None] = field(default_factory=dict)
+    loaded_module: str | None = None
 
     @property
     def changed(self) -> bool:
@@ -195,7 +201,8 @@ def plan_pin(
     drivers = {w.version for w in wanted if w.component == "driver"}
     if loaded_module is not None and drivers and loaded_module not in drivers:
         reboot = True
-    return PinPlan(os_family, tuple(changes), tuple(steps), reboot, dict(installed))
+    return PinPlan(os_family, tuple(changes), tuple(steps), reboot, dict(installed),
+                   frozenset(held), dict(files), loaded_module)
 
 
 class _Release(Protocol):

@@ -21,6 +21,7 @@ from fleet.domain.checks.expect import release_expectation
 from fleet.domain.checks.models import Expectations
 from fleet.domain.drain import DrainView, describe_jobs
 from fleet.domain.facts import HostFacts
+from fleet.domain.host_change import HostChange, host_change
 from fleet.domain.matrix.models import Matrix, OsFamily, Release
 from fleet.domain.matrix.rollout_settings import DrainSettings
 from fleet.domain.matrix.rules import architecture_problems, blocked_components
@@ -48,13 +49,21 @@ class HostApply:
     error: str | None = None
     seconds: float = 0.0
     findings: list[Finding] = field(default_factory=list)
+    # what the pin does to the host, planned from its facts: packages, holds, pin files, reboot
+    change: HostChange | None = None
+    drain_through: str | None = None  # the scheduler it is (or would be) drained through
 
     def as_dict(self) -> dict[str, Any]:
+        change = self.change.as_dict() if self.change is not None else None
         return {
             "host": self.host, "pool": self.pool, "from_release": self.from_release,
             "to_release": self.to_release, "outcome": self.outcome,
             "changes": [{"component": c.component, "package": c.package, "from": c.before,
                          "to": c.after, "kind": c.kind} for c in self.changes],
+            "holds": change["holds"] if change else [],
+            "pin_files": change["files"] if change else [],
+            "reboot_reason": change["reboot_reason"] if change else None,
+            "drain_through": self.drain_through,
             "reboot_required": self.reboot_required, "rebooted": self.rebooted,
             "drained": self.drained, "left_drained": self.left_drained,
             "error": self.error, "seconds": round(self.seconds, 3),
@@ -79,7 +88,7 @@ def refusal(matrix: Matrix, release: Release, ref: HostRef) -> str | None:
 
 def pin_hosts(
     backend: Backend,
-    history: History,
+    history: History | None,
     matrix: Matrix,
     targets: Mapping[str, Release],
     *,
@@ -103,14 +112,23 @@ def pin_hosts(
     pool's `rollout.drain` settings; jobs outliving the timeout leave the host unchanged), at
     most `serial` hosts at a time (0: all), and undrained once verified; `drain=False` (an
     incident's `--no-drain`) skips that and is recorded.
+
+    With `dry`, each host is only planned from what it has (packages, holds, pin files and the
+    loaded kernel module, read over SSH) and its `change` says what the pin would do; nothing
+    is changed, drained or recorded, and `history` may be None (no history file yet: no
+    rollout can hold a pool).
     """
     from fleet.history.rollouts import active_rollouts
 
     say = on_progress or (lambda host, what: None)
     refs = {r.name: r for r in backend.hosts()}
     pools = {p for n in targets if n in refs and (p := refs[n].pool)}
-    locked = {p: rid for rid, _, shared in active_rollouts(history, pools) for p in shared}
+    locked = ({p: rid for rid, _, shared in active_rollouts(history, pools) for p in shared}
+              if history is not None else {})
+    if not dry and history is None:
+        raise ValueError("pinning hosts records what it does: it needs a history")
     if locked and force and not dry:
+        assert history is not None
         record_event(history, f"{kind}.force", ",".join(sorted(locked)),
                      f"{kind} forced over active rollout(s) "
                      + ", ".join(f"{rid} ({p})" for p, rid in sorted(locked.items())),
@@ -144,13 +162,19 @@ def pin_hosts(
             plan = planned.value
             res.from_release = release_of(matrix.releases, plan.installed, plan.os_family)
             res.changes, res.reboot_required = list(plan.changes), plan.reboot_required
+            res.change = host_change(plan, release.packages(plan.os_family))
             if plan.changed:
                 res.outcome = "would_change"
                 to_change[rel_name].append(name)
+    draining = scheduler is not None and scheduler.name != "none" and drain
+    if draining:
+        assert scheduler is not None
+        for names in to_change.values():
+            for name in names:
+                results[name].drain_through = scheduler.name
     if dry:
         return [results[n] for n in targets]
-
-    draining = scheduler is not None and scheduler.name != "none" and drain
+    assert history is not None
     if scheduler is not None and scheduler.name != "none" and not drain and any(to_change.values()):
         changing = sorted(n for ns in to_change.values() for n in ns)
         record_event(history, f"{kind}.no_drain", ",".join(changing),

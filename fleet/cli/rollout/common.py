@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
 import typer
 
@@ -56,13 +56,21 @@ def inventory_hosts(path: Path, matrix: Matrix) -> list[HostRef]:
     return out
 
 
-def from_history(db: str, names: list[str]) -> tuple[
-        dict[str, str | None], dict[str, str], list[str]]:
+class HistoryView(NamedTuple):
+    """What the history says of some hosts (all empty without a history file)."""
+
+    releases: dict[str, str | None]  # newest reachable snapshot that matched a release
+    quarantined: dict[str, str]  # open quarantines: host -> reason
+    unreachable: list[str]  # the latest probe could not reach them
+    probed: set[str]  # hosts with any snapshot at all
+
+
+def from_history(db: str, names: list[str]) -> HistoryView:
     """From the history, if there is one: each host's release (its newest reachable snapshot
-    that matched a matrix release), the open quarantines, and the hosts whose latest probe
-    could not reach them."""
+    that matched a matrix release), the open quarantines, the hosts whose latest probe could
+    not reach them, and the hosts ever probed."""
     if "://" not in db and not Path(db).exists():
-        return {}, {}, []
+        return HistoryView({}, {}, [], set())
     from fleet.history import latest_snapshots, list_quarantines, open_history
 
     wanted = set(names)
@@ -73,7 +81,7 @@ def from_history(db: str, names: list[str]) -> tuple[
     releases: dict[str, str | None] = {h.name: s.release for h, s in reachable if s.release}
     quarantined = {h.name: q.reason for q, h in quarantines if h.name in wanted}
     unreachable = [h.name for h, s in latest if not s.reachable]
-    return releases, quarantined, unreachable
+    return HistoryView(releases, quarantined, unreachable, {h.name for h, _ in latest})
 
 
 def admin_states(name: str | None, refs: list[HostRef]) -> dict[str, AdminState]:

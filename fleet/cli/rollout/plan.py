@@ -100,8 +100,9 @@ def plan_cmd(
 
     Canary pools first; waves from the pool's `waves` list; hosts sharing a unit (NVLink domain
     or rack) move together; quarantined, unreachable, drained-by-others hosts and hosts already
-    on the target are skipped with the reason. Exit 1 when a pool cannot move because its
-    `max_unavailable` is used up.
+    on the target are skipped with the reason. Exit 3 when a host of the plan was unreachable at
+    its latest probe or never probed (`fleet probe` first); else 1 when a pool cannot move
+    because its `max_unavailable` is used up.
     """
     from fleet.cli.app import settings
     from fleet.domain.matrix.loader import load_matrix
@@ -117,12 +118,15 @@ def plan_cmd(
     admin: dict[str, AdminState]
     unreachable: list[str] = []
     quarantined: dict[str, str] = {}
+    probed: set[str] | None = None  # None: the simulated fleet knows every host
     meta: dict[str, Any] = {"matrix": str(matrix)}
     if inventory is not None:
         refs = inventory_hosts(inventory, m)
         check_pools(pool, refs, m)  # before the history or the scheduler is asked anything
         names = [r.name for r in refs]
-        releases, quarantined, unreachable = from_history(settings(ctx).db, names)
+        seen = from_history(settings(ctx).db, names)
+        releases, quarantined, unreachable = seen.releases, seen.quarantined, seen.unreachable
+        probed = seen.probed
         admin = admin_states(scheduler, refs)
         meta.update(source="inventory", inventory=str(inventory),
                     releases_known=len(releases))
@@ -144,10 +148,31 @@ def plan_cmd(
         unreachable = fleet.unreachable_hosts()
     plan = plan_rollout(m, refs, releases=releases, admin=admin, quarantined=quarantined,
                         unreachable=unreachable, pools=set(pool) if pool else None)
+    lost = [h for p in plan.pools for h in p.unreachable]
+    unknown = [] if probed is None else [h for p in plan.pools
+                                         for h in [*p.hosts, *p.skipped] if h not in probed]
     if json_out:
-        emit_json({**meta, **plan.as_dict()})
+        emit_json({**meta, **plan.as_dict(), "unreachable": lost, "never_probed": unknown})
     else:
         _print(plan)
+    _exit(plan, lost, unknown)
+
+
+def _exit(plan: RolloutPlan, lost: list[str], unknown: list[str]) -> None:
+    """Exit 3 when the plan rests on hosts nobody could look at (docs/exit-codes.md, as `check`
+    and `rollout start`): unreachable at their latest probe, or never probed (they are planned
+    to move, but what they run is not known). Else 1 when a pool cannot move."""
+    from fleet.domain.selection import known
+    from fleet.errors import CouldNotComplete
+
+    why = []
+    if lost:
+        why.append(f"{len(lost)} host(s) unreachable at their latest probe: {known(lost)}")
+    if unknown:
+        why.append(f"{len(unknown)} host(s) never probed, what they run is not known (run "
+                   f"`fleet probe`): {known(unknown)}")
+    if why:
+        raise CouldNotComplete("; ".join(why))
     blocked = [p.pool for p in plan.pools if p.blocked]
     if blocked:
         raise ProblemsFound(f"pool(s) cannot move, max_unavailable used up: {', '.join(blocked)}")

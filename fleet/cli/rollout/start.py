@@ -99,7 +99,8 @@ def start_cmd(
             unreachable = fleet.unreachable_hosts()
         else:
             names = list(engine.refs)
-            releases, _, unreachable = from_history(settings(ctx).db, names)
+            seen = from_history(settings(ctx).db, names)
+            releases, unreachable = seen.releases, seen.unreachable
         return engine.start(matrix_path=str(matrix.absolute()), pools=pool or None,
                             release=release,
                             releases=releases, unreachable=unreachable,

@@ -1,0 +1,206 @@
+"""What a dry run says a pin changes: packages, holds, pin files, reboot (fleet.domain.host_change).
+
+Exhaustive over small worlds: whatever the host has, the dry run's answer is non-empty exactly
+when the plan has work, and its holds are what the plan's own commands leave held.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fleet.domain.host_change import HoldChange, host_change
+from fleet.domain.pinning import (
+    PREFERENCES_PATH,
+    UNATTENDED_PATH,
+    apt_preferences,
+    plan_pin,
+    unattended_blacklist,
+)
+
+
+@dataclass(frozen=True)
+class Pkg:
+    name: str
+    version: str
+    component: str
+
+
+R570 = [Pkg("nvidia-driver-570", "550.54.15", "driver"), Pkg("cuda-toolkit-12-8", "12.8.1", "cuda")]
+R580 = [Pkg("nvidia-driver-580-open", "580.82.07", "driver"),
+        Pkg("cuda-toolkit-13-0", "13.0.2", "cuda")]
+R580_OLD_CUDA = [Pkg("nvidia-driver-580-open", "580.82.07", "driver"),
+                 Pkg("cuda-toolkit-13-0", "12.8.0", "cuda")]
+
+
+def files_for(wanted: list[Pkg]) -> dict[str, str | None]:
+    return {PREFERENCES_PATH: apt_preferences(wanted),
+            UNATTENDED_PATH: unattended_blacklist(wanted)}
+
+
+def on(wanted: list[Pkg], suffix: str = "-1") -> dict[str, str]:
+    return {w.name: w.version + suffix for w in wanted}
+
+
+def test_a_host_on_its_release_changes_nothing() -> None:
+    plan = plan_pin("debian", R580, on(R580), [w.name for w in R580], files_for(R580),
+                    loaded_module="580.82.07")
+    change = host_change(plan, R580)
+    assert not change.changed and change.lines() == []
+    assert change.as_dict() == {"os_family": "debian", "packages": [], "holds": [], "files": [],
+                                "reboot": False, "reboot_reason": None}
+
+
+def test_fresh_host_installs_holds_writes_pins_and_reboots() -> None:
+    change = host_change(plan_pin("debian", R570, {}, [], {}), R570)
+    assert [(c.package, c.before, c.after, c.kind) for c in change.packages] == [
+        ("nvidia-driver-570", None, "550.54.15", "install"),
+        ("cuda-toolkit-12-8", None, "12.8.1", "install")]
+    assert change.holds == (HoldChange("cuda-toolkit-12-8", "hold", "apt-mark", "12.8.1"),
+                            HoldChange("nvidia-driver-570", "hold", "apt-mark", "550.54.15"))
+    assert [(f.path, f.action) for f in change.files] == [(PREFERENCES_PATH, "create"),
+                                                          (UNATTENDED_PATH, "create")]
+    assert change.reboot and change.reboot_reason == "kernel module changes with nvidia-driver-570"
+    assert change.lines()[0] == "install nvidia-driver-570 - -> 550.54.15"
+    assert "hold nvidia-driver-570 at 550.54.15 (apt-mark)" in change.lines()
+
+
+def test_drift_by_hand_shows_the_hold_and_the_pin_file_not_an_empty_list() -> None:
+    """The case that read "would change" with nothing listed: packages right, a hold and the
+    pin file removed by hand."""
+    files = files_for(R580)
+    files[PREFERENCES_PATH] = None
+    plan = plan_pin("debian", R580, on(R580), ["cuda-toolkit-13-0"], files,
+                    loaded_module="580.82.07")
+    assert plan.changed and not plan.changes
+    change = host_change(plan, R580)
+    assert change.changed and not change.packages and not change.reboot
+    assert change.holds == (HoldChange("nvidia-driver-580-open", "hold", "apt-mark",
+                                       "580.82.07"),)
+    assert [(f.path, f.action) for f in change.files] == [(PREFERENCES_PATH, "create")]
+
+
+def test_a_pin_file_edited_by_hand_is_replaced() -> None:
+    files = files_for(R580)
+    files[UNATTENDED_PATH] = "// edited\n"
+    change = host_change(plan_pin("debian", R580, on(R580), [w.name for w in R580], files), R580)
+    assert [(f.path, f.action) for f in change.files] == [(UNATTENDED_PATH, "replace")]
+
+
+def test_branch_switch_removes_and_releases_the_old_branch() -> None:
+    installed = {**on(R570), "nvidia-utils-550": "550.54.15-1"}
+    held = ["nvidia-driver-570", "cuda-toolkit-12-8", "nvidia-utils-550"]
+    change = host_change(plan_pin("debian", R580, installed, held, files_for(R570)), R580)
+    kinds = {c.package: (c.before, c.after, c.kind) for c in change.packages}
+    assert kinds == {"nvidia-driver-580-open": (None, "580.82.07", "install"),
+                     "cuda-toolkit-13-0": (None, "13.0.2", "install"),
+                     "nvidia-driver-570": ("550.54.15", None, "remove"),
+                     "nvidia-utils-550": ("550.54.15", None, "remove")}
+    actions = {(h.package, h.action) for h in change.holds}
+    assert actions == {("nvidia-driver-580-open", "hold"), ("cuda-toolkit-13-0", "hold"),
+                       ("nvidia-driver-570", "unhold"), ("nvidia-utils-550", "unhold")}
+    # cuda-toolkit-12-8 is held and stays: another CUDA toolkit may live beside the release's
+    assert {f.action for f in change.files} == {"replace"}
+
+
+def test_upgrade_and_downgrade_of_a_held_package_keep_its_apt_hold() -> None:
+    up = host_change(plan_pin("debian", R580, on(R580_OLD_CUDA), [w.name for w in R580],
+                              files_for(R580)), R580)
+    assert [(c.package, c.before, c.after, c.kind) for c in up.packages] == [
+        ("cuda-toolkit-13-0", "12.8.0", "13.0.2", "upgrade")]
+    assert up.holds == () and not up.reboot
+    down = host_change(plan_pin("debian", R580_OLD_CUDA, on(R580), [w.name for w in R580],
+                                files_for(R580_OLD_CUDA)), R580_OLD_CUDA)
+    assert [c.kind for c in down.packages] == ["downgrade"]
+
+
+def test_dnf_relocks_a_locked_package_that_moves() -> None:
+    change = host_change(plan_pin("rhel", R580, on(R580_OLD_CUDA, "-1.el9"),
+                                  ["cuda-toolkit-13-0"], {}), R580)
+    assert change.holds == (
+        HoldChange("cuda-toolkit-13-0", "relock", "dnf versionlock", "13.0.2"),
+        HoldChange("nvidia-driver-580-open", "hold", "dnf versionlock", "580.82.07"))
+    assert change.files == ()  # no pin files on the RHEL family: version locks only
+
+
+def test_a_reboot_still_owed_says_which_module_is_loaded() -> None:
+    plan = plan_pin("debian", R580, on(R580), [w.name for w in R580], files_for(R580),
+                    loaded_module="550.54.15")
+    change = host_change(plan, R580)
+    assert change.changed and change.lines() == [
+        "reboot (kernel module 550.54.15 is loaded, the release's driver is 580.82.07)"]
+
+
+def test_json_keys_are_stable() -> None:
+    doc = host_change(plan_pin("rhel", R570, {"nvidia-driver-570": "550.40.07-1.el9"},
+                               ["nvidia-driver-570"], {}), R570).as_dict()
+    assert set(doc) == {"os_family", "packages", "holds", "files", "reboot", "reboot_reason"}
+    assert doc["packages"][0] == {"component": "driver", "package": "nvidia-driver-570",
+                                  "from": "550.40.07", "to": "550.54.15", "kind": "upgrade"}
+    assert set(doc["holds"][0]) == {"package", "action", "tool", "version"}
+
+
+# ------------------------------------------------------------------ every combination
+UNIVERSE = {
+    "nvidia-driver-570": ["550.54.15-1", "550.40.07-1"],
+    "nvidia-driver-580-open": ["580.82.07-1", "570.86.10-1"],
+    "nvidia-utils-550": ["550.54.15-1"],
+    "cuda-toolkit-12-8": ["12.8.1-1", "12.4.0-1"],
+    "cuda-toolkit-13-0": ["13.0.2-1", "12.8.0-1"],
+}
+RELEASES = [R570, R580, R580_OLD_CUDA]
+
+
+@st.composite
+def worlds(draw: st.DrawFn) -> tuple:
+    family = draw(st.sampled_from(["debian", "rhel"]))
+    wanted = draw(st.sampled_from(RELEASES))
+    installed = {}
+    for name, versions in UNIVERSE.items():
+        v = draw(st.sampled_from([None, *versions]))
+        if v is not None:
+            installed[name] = v
+    held = draw(st.sets(st.sampled_from(sorted(UNIVERSE))))
+    pins = draw(st.sampled_from([None, *RELEASES]))
+    files = files_for(pins) if pins is not None else {}
+    if draw(st.booleans()) and files:
+        files[PREFERENCES_PATH] = None
+    loaded = draw(st.sampled_from([None, "550.54.15", "580.82.07"]))
+    return family, wanted, installed, held, files, loaded
+
+
+def _held_after(plan, held: set[str]) -> set[str]:
+    """Run the plan's hold commands on a set of held names."""
+    after = set(held)
+    removed = {c.package for c in plan.changes if c.kind == "remove"}
+    for step in plan.steps:
+        words = shlex.split(step.command or "")
+        if words[:2] == ["apt-mark", "unhold"] or words[:3] == ["dnf", "versionlock", "delete"]:
+            after -= set(words[2:] if words[0] == "apt-mark" else words[3:])
+        elif words[:2] == ["apt-mark", "hold"]:
+            after |= set(words[2:])
+        elif words[:3] == ["dnf", "versionlock", "add"]:
+            after |= {spec.rsplit("-", 1)[0] for spec in words[3:]}
+    return after - removed
+
+
+@settings(max_examples=400, deadline=None)
+@given(worlds())
+def test_dry_run_is_empty_exactly_when_the_plan_is_and_says_every_hold(world: tuple) -> None:
+    family, wanted, installed, held, files, loaded = world
+    plan = plan_pin(family, wanted, installed, held, files, loaded)
+    change = host_change(plan, wanted)
+    assert change.changed == plan.changed
+    assert bool(change.lines()) == plan.changed
+    assert change.reboot == plan.reboot_required and (change.reboot_reason is None) != change.reboot
+    # the holds it lists are exactly what the plan's commands do to the set of held packages
+    listed = (set(held) | {h.package for h in change.holds if h.action != "unhold"}) \
+        - {h.package for h in change.holds if h.action == "unhold"}
+    removed = {c.package for c in plan.changes if c.kind == "remove"}
+    assert listed - removed == _held_after(plan, set(held))
+    assert {w.name for w in wanted} <= _held_after(plan, set(held))
+    # every file it writes is a step of the plan, every file step is listed
+    assert {f.path for f in change.files} == {s.path for s in plan.steps if s.path}
