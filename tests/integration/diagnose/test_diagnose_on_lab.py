@@ -1,0 +1,158 @@
+"""`fleet diagnose` on the lab: a healthy host reads `healthy`, and each fault class is found,
+both live over SSH and from a bundle collected with `fleet bundle collect`, with the same verdict.
+
+The lab hosts share this machine's CPUs and memory (/proc/stat, /proc/loadavg and /proc/meminfo
+are the machine's): on a busy 2-core CI machine the CPU question can rightly say "saturated"
+while the lab runs. The verdicts are therefore compared with the CPU question set aside (its
+finding, when there is one, must carry a measured busy share of at least 90 %), except in the
+CPU test itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fleet.domain.diagnose.questions import verdict
+from fleet.lab import lab
+
+pytestmark = pytest.mark.lab
+
+ROOT = Path(__file__).resolve().parents[3]
+INV = ROOT / "inventories" / "lab.py"
+HOST = "h4"
+SECONDS = "3"
+
+
+@pytest.fixture(scope="module")
+def host(lab_paths, hosts) -> Iterator[object]:  # noqa: ANN001
+    lab.reset(lab_paths, HOST)
+    hosts[HOST].reboot_and_wait()
+    yield hosts[HOST]
+    lab.reset(lab_paths, HOST)
+
+
+@pytest.fixture
+def clean(lab_paths, host) -> Iterator[object]:  # noqa: ANN001
+    lab.reset(lab_paths, HOST)
+    yield host
+    lab.reset(lab_paths, HOST)
+
+
+def fleet(lab_paths, *argv: str) -> tuple[int, dict]:  # noqa: ANN001
+    env = {**os.environ, "FLEET_LAB_DIR": str(lab_paths.run)}
+    p = subprocess.run([sys.executable, "-m", "fleet", *argv, "--json"], env=env, cwd=ROOT,
+                       capture_output=True, text=True, timeout=180)
+    return p.returncode, json.loads(p.stdout)
+
+
+def live_and_bundle(lab_paths, tmp_path: Path) -> tuple[dict, dict]:  # noqa: ANN001
+    """(live diagnosis, diagnosis of a collected bundle), each checked against its exit code."""
+    rc_live, live = fleet(lab_paths, "diagnose", HOST, "-i", str(INV), "--seconds", SECONDS)
+    rc_col, col = fleet(lab_paths, "bundle", "collect", HOST, "-i", str(INV), "-o",
+                        str(tmp_path / "b"), "--seconds", SECONDS)
+    assert rc_col == 0, col
+    assert {"nvidia-smi-q.xml", "dmon.txt", "pmon.txt", "topo.txt", "meminfo", "stat",
+            "df.txt", "ps.txt"} <= set(col["files"])
+    rc_b, bundle = fleet(lab_paths, "diagnose", str(tmp_path / "b"))
+    for rc, d in ((rc_live, live), (rc_b, bundle)):
+        assert d["schema"] == 1
+        assert rc == (0 if d["verdict"] == "healthy" else 1), d
+        assert {f: s for f, s in d["files"].items() if s != "missing"}, d
+    assert live["mode"] == "live" and bundle["mode"] == "bundle"
+    return live, bundle
+
+
+def without_cpu(d: dict) -> str:
+    """The verdict with the CPU question set aside (see the module docstring)."""
+    from fleet.domain.diagnose.model import Answer, Finding
+
+    for f in d["findings"]:
+        if f["class"] == "host_cpu":
+            busy = f["evidence"]["busy_pct"]
+            assert busy is not None and busy >= 90, f
+    findings = [Finding(f["class"], f["severity"], f["summary"], f["evidence"], f["next"],
+                        f["remediation"], f["gpu"]) for f in d["findings"]
+                if f["class"] != "host_cpu"]
+    answers = [Answer(q["class"], q["status"], q["reason"]) for q in d["questions"]]
+    return verdict(findings, answers)
+
+
+def classes(d: dict) -> set[str]:
+    return {f["class"] for f in d["findings"] if f["severity"] != "info"}
+
+
+def test_healthy_host_reads_healthy_live_and_from_a_bundle(clean, lab_paths, tmp_path) -> None:  # noqa: ANN001
+    live, bundle = live_and_bundle(lab_paths, tmp_path)
+    assert without_cpu(live) == without_cpu(bundle) == "healthy", (live, bundle)
+    for d in (live, bundle):
+        assert classes(d) <= {"host_cpu"}
+        status = {q["class"]: q["status"] for q in d["questions"]}
+        # the GPU side was seen, not guessed: every GPU question answered
+        assert all(status[c] == "ok" for c in ("gpu_idle", "throttled", "memory_bound",
+                                               "gpu_memory", "pcie", "numa", "nvlink", "drift",
+                                               "fallback", "hardware", "disk")), status
+        assert status["queueing"] == "could_not_judge"
+
+
+@pytest.mark.parametrize(("fault", "expected"), [
+    ("power", "throttled"),
+    ("pcie-downtrain:gen=3,width=8", "pcie"),
+    ("gpu-leak:mib=2048,rate=200", "gpu_memory"),
+])
+def test_gpu_fault_class_live_and_from_a_bundle(clean, lab_paths, tmp_path, fault: str,  # noqa: ANN001
+                                                 expected: str) -> None:
+    lab.inject(lab_paths, HOST, [fault])
+    live, bundle = live_and_bundle(lab_paths, tmp_path)
+    assert without_cpu(live) == without_cpu(bundle) == expected, (live, bundle)
+    assert classes(live) - {"host_cpu"} == classes(bundle) - {"host_cpu"} == {expected}
+
+
+def test_far_numa_process_live_and_from_a_bundle(clean, lab_paths, tmp_path) -> None:  # noqa: ANN001
+    # a process pinned to CPU 0 uses GPU 0, whose CPU affinity (NUMA node 1) is CPU 1 only
+    _, out, _ = clean.sh("setsid taskset -c 0 sleep 300 >/dev/null 2>&1 & echo $!")
+    pid = out.strip()
+    try:
+        lab.inject(lab_paths, HOST, [f"far-numa:pid={pid},cpus=1,node=1"])
+        live, bundle = live_and_bundle(lab_paths, tmp_path)
+        assert without_cpu(live) == without_cpu(bundle) == "numa", (live, bundle)
+        f = next(f for f in live["findings"] if f["class"] == "numa")
+        assert f["evidence"]["pid"] == int(pid) and f["evidence"]["cpu"] == 0
+    finally:
+        clean.sh(f"kill {pid}", check=False)
+
+
+def test_cpu_saturated_host_live_and_from_a_bundle(clean, lab_paths, tmp_path) -> None:  # noqa: ANN001
+    # every CPU of the machine busy for the time of both samplings (the host's CPUs are the
+    # machine's): 2 x (3 s of sampling + SSH) fits well inside 60 s
+    _, out, _ = clean.sh("for i in $(seq $(nproc)); do setsid timeout 60 sh -c "
+                         "'while :; do :; done' >/dev/null 2>&1 & echo $!; done; sleep 1")
+    pids = " ".join(out.split())
+    try:
+        live, bundle = live_and_bundle(lab_paths, tmp_path)
+        for d in (live, bundle):
+            assert "host_cpu" in classes(d), d
+            f = next(f for f in d["findings"] if f["class"] == "host_cpu")
+            assert f["evidence"]["busy_pct"] >= 90
+            assert without_cpu(d) == "healthy"
+        assert live["verdict"] == bundle["verdict"] == "host_cpu"
+    finally:
+        clean.sh(f"kill {pids}", check=False)
+
+
+def test_full_disk_live_and_from_a_bundle(clean, lab_paths, tmp_path) -> None:  # noqa: ANN001
+    clean.sh("mkdir -p /mnt/fleet-full && mount -t tmpfs -o size=1m fleet-full /mnt/fleet-full"
+             " && (dd if=/dev/zero of=/mnt/fleet-full/fill bs=64k count=64 2>/dev/null; true)")
+    try:
+        live, bundle = live_and_bundle(lab_paths, tmp_path)
+        assert without_cpu(live) == without_cpu(bundle) == "disk", (live, bundle)
+        f = next(f for f in bundle["findings"] if f["class"] == "disk")
+        assert f["evidence"]["mount"] == "/mnt/fleet-full" and f["evidence"]["used_pct"] >= 99
+    finally:
+        clean.sh("umount /mnt/fleet-full", check=False)
