@@ -162,6 +162,34 @@ def reflow(text: str) -> str:
     return "\n\n".join(out)
 
 
+def parse_command(argv: list[str], root: Any = None) -> tuple[str, ...]:
+    """Parse `fleet ARGV...` as click would, without running anything (no callback, resilient
+    parsing off): an unknown option, a missing required one or a bad value raises click's
+    usage error. Returns the path of the command it would run (`("rollout", "start")`)."""
+    from typer.core import TyperGroup
+
+    if root is None:
+        import typer
+
+        from fleet.cli.app import build_app
+
+        root = typer.main.get_command(build_app())
+    cmd = root
+    ctx = cmd.make_context("fleet", list(argv), resilient_parsing=False)
+    path: list[str] = []
+    while isinstance(cmd, TyperGroup):
+        rest = [*ctx._protected_args, *ctx.args]
+        if not rest:
+            raise ValueError(f"no command under {' '.join(['fleet', *path])}")
+        name, sub, rest = cmd.resolve_command(ctx, rest)
+        if name is None or sub is None:
+            raise ValueError(f"no command {rest[:1]} under {' '.join(['fleet', *path])}")
+        path.append(name)
+        ctx = sub.make_context(name, rest, parent=ctx, resilient_parsing=False)
+        cmd = sub
+    return tuple(path)
+
+
 def hide_flag_placeholders() -> None:
     """Show flags as `--json`, not `--json <bool>`: typer's rich help prints the type of every
     option, flags included, where click's plain help prints none for a flag."""

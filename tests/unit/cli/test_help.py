@@ -16,7 +16,7 @@ from typer.core import TyperGroup, TyperOption
 from typer.testing import CliRunner
 
 from fleet.cli.app import build_app
-from fleet.cli.examples import EXAMPLES
+from fleet.cli.examples import EXAMPLES, parse_command
 
 ROOT = Path(__file__).resolve().parents[3]
 WIDTH = 80  # a plain terminal: an example must fit on one line of it
@@ -47,23 +47,10 @@ def _help(path: str) -> str:
 
 
 def parse_example(line: str) -> tuple[str, ...]:
-    """Parse `line` as the shell and then click would, without running anything: every option
-    must exist on the command it is given to, and every required one be there. Returns the
-    path of the command the example runs."""
+    """The command `line` runs, parsed as the shell and then click would (nothing runs)."""
     argv = shlex.split(PREFIX.sub("fleet ", line))
     assert argv[0] == "fleet", line
-    cmd: Any = ROOT_CMD
-    ctx = cmd.make_context("fleet", argv[1:], resilient_parsing=False)
-    path: list[str] = []
-    while isinstance(cmd, TyperGroup):
-        rest = [*ctx._protected_args, *ctx.args]
-        assert rest, f"{line!r} names no command under {' '.join(path) or 'fleet'}"
-        name, sub, rest = cmd.resolve_command(ctx, rest)
-        assert name is not None and sub is not None, line
-        path.append(name)
-        ctx = sub.make_context(name, rest, parent=ctx, resilient_parsing=False)
-        cmd = sub
-    return tuple(path)
+    return parse_command(argv[1:], ROOT_CMD)
 
 
 @pytest.fixture(autouse=True)
