@@ -158,6 +158,7 @@ def test_inventory_commands_refuse_a_typo_among_valid_values(inventory: Path, tm
     assert "--limit: 'nosuchpool' matches no pool, group or host name" in r.stderr
     assert "pools: a100, h100, l40s" in r.stderr
     assert "unreachable" not in r.stderr  # refused before any connection
+    assert not db.exists()  # nor recorded anything
 
 
 PENDING = {("rollback",), ("rollout", "plan"), ("rollout", "start")}  # being reworked
