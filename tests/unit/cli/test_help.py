@@ -118,3 +118,16 @@ def test_no_bool_option_renders_a_value_placeholder() -> None:
 def test_examples_fit_a_terminal() -> None:
     long = [x for lines in EXAMPLES.values() for x in lines if len(x) > WIDTH - 2]  # padding
     assert not long
+
+
+def test_docstrings_reflow_to_the_terminal() -> None:
+    """A docstring wrapped at 100 columns reads as paragraphs at 80, not as ragged lines;
+    indented or bulleted paragraphs keep their layout."""
+    from fleet.cli.examples import reflow
+
+    text = "First line\n    goes on.\n\n    Second para\n    continues here.\n\n    - a\n    - b"
+    assert reflow(text) == "First line goes on.\n\nSecond para continues here.\n\n- a\n- b"
+    probe = _help("probe")
+    assert "Exit 3 when a host is unreachable" in " ".join(probe.split())
+    lines = [x.strip() for x in probe.splitlines()]
+    assert "a check fails." not in lines  # the docstring's own break, once left dangling
