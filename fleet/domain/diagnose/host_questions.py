@@ -61,7 +61,7 @@ def host_cpu(ev: Evidence) -> Result:
     if busy is None and per_cpu is None:
         return _cnj("host_cpu", "no CPU count (stat missing) to weigh the load against"
                     if c is None else "one copy of /proc/stat and no loadavg: no CPU figure")
-    top = sorted(ev.ps or [], key=lambda p: -p.pcpu)[:3]
+    top = [p for p in sorted(ev.ps or [], key=lambda p: -p.pcpu) if p.pcpu >= 1.0][:3]
     findings = []
     if (busy is not None and busy >= CPU_BUSY_PCT) or (
             busy is None and per_cpu is not None and per_cpu >= LOAD_PER_CPU):
@@ -74,7 +74,10 @@ def host_cpu(ev: Evidence) -> Result:
             {"busy_pct": round(busy, 1) if busy is not None else None,
              "load1": load.one if load else None, "cpus": c.cpus if c else None,
              "load_per_cpu": round(per_cpu, 2) if per_cpu is not None else None,
-             "top": [{"pid": p.pid, "pcpu": p.pcpu, "args": p.args[:80]} for p in top]},
+             "top": [{"pid": p.pid, "pcpu": p.pcpu, "args": p.args[:80]} for p in top],
+             **({"note": "no process in ps.txt uses the CPU: the load is outside this host's "
+                 "process list (another container or VM, a noisy neighbour)"}
+                if ev.ps is not None and not top else {})},
             "top -H -b -n1 | head -30; pidstat -u 1 5",
             "the GPU waits on the CPU (tokenization, data loading, pre/post-processing): "
             "give the GPU workers dedicated cores, move other work off the host",
