@@ -72,3 +72,22 @@ def test_non_utf8_kernel_log_is_read(capsys: pytest.CaptureFixture[str], tmp_pat
     (b / "kernel.log").write_bytes(b"[ 1.0] firmware \xff\xfe string\n")
     rc, out, _ = fleet(capsys, "diagnose", str(b), "--json")
     assert rc == 0 and json.loads(out)["verdict"] == "healthy"
+
+
+def test_live_host_not_in_inventory_is_bad_input(capsys: pytest.CaptureFixture[str],
+                                                 tmp_path: Path) -> None:
+    inv = tmp_path / "inv.py"
+    inv.write_text("hosts = [('gpu-1', {'ssh_hostname': '127.0.0.1', 'ssh_port': 1})]\n")
+    rc, out, _ = fleet(capsys, "diagnose", "gpu-9", "-i", str(inv), "--json")
+    assert rc == 2 and json.loads(out)["error"]["where"]["field"] == "HOST"
+
+
+def test_live_unreachable_host_could_not_complete(capsys: pytest.CaptureFixture[str],
+                                                  tmp_path: Path) -> None:
+    inv = tmp_path / "inv.py"
+    inv.write_text("hosts = [('gpu-1', {'ssh_hostname': '127.0.0.1', 'ssh_port': 1})]\n")
+    rc, out, _ = fleet(capsys, "diagnose", "gpu-1", "-i", str(inv), "--seconds", "1", "--json")
+    assert rc == 3 and "gpu-1" in json.loads(out)["error"]["message"]
+    rc, out, _ = fleet(capsys, "bundle", "collect", "gpu-1", "-i", str(inv), "-o",
+                       str(tmp_path / "b"), "--json")
+    assert rc == 3 and not (tmp_path / "b").exists()
