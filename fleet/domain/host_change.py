@@ -127,7 +127,8 @@ def reboot_reason(plan: PinPlan, wanted: Sequence[WantedPackage]) -> str | None:
     """Why the host reboots after the pin; None when it does not."""
     if not plan.reboot_required:
         return None
-    moved = [c.package for c in plan.changes if c.component in REBOOT_COMPONENTS]
+    module = [c for c in plan.changes if c.component in REBOOT_COMPONENTS]
+    moved = [c.package for c in module if c.after is not None] or [c.package for c in module]
     if moved:
         return f"kernel module changes with {', '.join(moved)}"
     drivers = sorted({w.version for w in wanted if w.component == "driver"})

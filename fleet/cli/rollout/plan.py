@@ -52,7 +52,7 @@ def _short(hosts: list[str]) -> str:
     return shown + (f", ... (+{len(hosts) - _SHOW})" if len(hosts) > _SHOW else "")
 
 
-def _print(plan: RolloutPlan) -> None:
+def print_plan(plan: RolloutPlan) -> None:
     t = Table("pool", "release", "canary", "moving", "waves", "wave sizes", "skipped",
               "max unavailable", box=None)
     for p in plan.pools:
@@ -154,7 +154,7 @@ def plan_cmd(
     if json_out:
         emit_json({**meta, **plan.as_dict(), "unreachable": lost, "never_probed": unknown})
     else:
-        _print(plan)
+        print_plan(plan)
     _exit(plan, lost, unknown)
 
 

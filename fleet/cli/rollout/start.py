@@ -52,13 +52,19 @@ def start_cmd(
     rollback_scope: Annotated[str, typer.Option(
         "--rollback-scope", help="On a failed wave roll back: wave (its hosts) or all (every "
                                  "host moved so far in the pool).")] = "wave",
+    dry: Annotated[bool, typer.Option(
+        "--dry", help="Print the plan and what the first wave would do (each host's package, "
+        "hold and pin-file changes, drain, reboot), reading the hosts; records, locks, drains "
+        "and changes nothing.")] = False,
     json_out: JsonFlag = False,
 ) -> None:
     """Start a rollout: canary pools first, then waves, each drained, pinned, rebooted,
     health-checked, benchmarked against a baseline, baked and undrained.
 
     Exit 0 completed; 1 rolled back (a gate failed); 3 paused (inconclusive: promote or abort
-    it), lock held by another rollout, or could not complete. See docs/rollouts.md.
+    it), lock held by another rollout, or could not complete. With --dry: 0 when everything
+    could be computed, 3 when a host could not be read or a pool is held by another rollout,
+    1 when nothing can move (max_unavailable used up). See docs/rollouts.md.
     """
     from fleet.cli.app import settings
     from fleet.domain.matrix.loader import load_matrix
@@ -88,6 +94,11 @@ def start_cmd(
         state = sim_state or Path((db if "://" not in db else "fleet.db") + ".sim.json")
         build = sim_build(m, sim, seed, sim_spec, sim_faults, sim_slow)
         source = {"source": "sim", "sim_state": str(state.absolute()), "build": build}
+    if dry:
+        from fleet.cli.rollout.dry import start_dry
+
+        start_dry(ctx, m, source, build, pools=pool, release=release, json_out=json_out)
+        return
 
     def action(engine: Any) -> Any:
         check_pools(pool, list(engine.refs.values()), m)

@@ -8,10 +8,8 @@ from typing import Any
 from fleet.domain.gates import (
     count_states,
 )
-from fleet.domain.plan import RolloutPlan, plan_rollout
-from fleet.domain.ports import NodeReboot
-from fleet.domain.selection import known, pool_problems, release_problem
-from fleet.errors import BadInput, CouldNotComplete, Problem, ProblemsFound
+from fleet.domain.selection import known
+from fleet.errors import CouldNotComplete, ProblemsFound
 from fleet.history import list_quarantines
 from fleet.history.rollouts import (
     EventRow,
@@ -22,7 +20,6 @@ from fleet.history.rollouts import (
     request_status,
     subject_of,
 )
-from fleet.jobs.apply import refusal
 from fleet.jobs.rollout.benchgate import BenchGate
 from fleet.jobs.rollout.model import (
     _UNLOCK,
@@ -32,6 +29,7 @@ from fleet.jobs.rollout.model import (
     _summary,
 )
 from fleet.jobs.rollout.rollbacks import Rollbacks
+from fleet.jobs.rollout.startplan import nothing_reason, plan_start
 from fleet.jobs.rollout.steps import WaveSteps
 
 
@@ -57,39 +55,11 @@ class RolloutEngine(WaveSteps, BenchGate, Rollbacks):
         naming them; otherwise the result lists them (`RolloutResult.unreachable`).
         """
         refs = list(self.refs.values())
-        problems = [Problem(None, None, "pools", m)
-                    for m in pool_problems(pools or (), refs, self.matrix)]
-        if (why := release_problem(release, self.matrix)) is not None:
-            problems.append(Problem(None, None, "release", why))
-        if problems:
-            raise BadInput(problems)
-        in_scope = [r for r in refs if r.pool and (pools is None or r.pool in pools)]
-        admin = {r.name: s for r in in_scope
-                 if (s := self.scheduler.state(r.name)).state != "available"}
         quarantined = {h.name: q.reason for q, h in list_quarantines(self.history)}
-        targets = dict.fromkeys(pools or {r.pool for r in in_scope if r.pool}, release) \
-            if release else None
-        plan = plan_rollout(self.matrix, refs, releases=releases or {}, admin=admin,
-                            quarantined=quarantined, unreachable=unreachable,
-                            pools=set(pools) if pools else None,
-                            targets=targets)
+        plan = plan_start(self.matrix, refs, self.scheduler, quarantined, pools=pools,
+                          release=release, releases=releases or {}, unreachable=unreachable)
         moving = [p for p in plan.pools if p.waves]
-        slurm_reboot = [p.pool for p in moving if self._settings(p.pool).reboot == "slurm"]
-        if slurm_reboot and not isinstance(self.scheduler, NodeReboot):
-            raise BadInput.single(f"pool(s) {', '.join(slurm_reboot)} reboot through Slurm "
-                                  f"(rollout.reboot: slurm) but the scheduler is "
-                                  f"{self.scheduler.name}; pass --scheduler slurm",
-                                  field="rollout.reboot")
-        for p in moving:
-            try:
-                rel = self.matrix.release(p.release)
-            except KeyError:
-                raise CouldNotComplete(f"pool {p.pool}: no release {p.release!r} in the "
-                                       "matrix") from None
-            why = refusal(self.matrix, rel, self.refs[p.waves[0].hosts[0]])
-            if why:
-                raise ProblemsFound(f"pool {p.pool}: {p.release} must not go onto its hosts: "
-                                    f"{why}")
+        in_scope = [r for r in refs if r.pool and (pools is None or r.pool in pools)]
         if not moving:
             blocked = [p.pool for p in plan.pools if p.blocked]
             if blocked:
@@ -100,7 +70,7 @@ class RolloutEngine(WaveSteps, BenchGate, Rollbacks):
                 raise CouldNotComplete(
                     f"nothing moved: {len(lost)} host(s) could not be reached, so whether "
                     f"they are on their target is unknown: {known(lost)}")
-            return RolloutResult(None, "nothing", _nothing_reason(plan), plan=plan)
+            return RolloutResult(None, "nothing", nothing_reason(plan), plan=plan)
         waves = [(p.pool, [(h, p.release) for h in w.hosts]) for p in moving for w in p.waves]
         rels = list(dict.fromkeys(p.release for p in moving))
         info = {r.name: {"pool": r.pool, "gpu_model": r.gpu_model, "gpu_count": r.gpu_count}
@@ -241,18 +211,3 @@ class RolloutEngine(WaveSteps, BenchGate, Rollbacks):
                                      + _summary(rows), wave=w.index, pool=w.pool,
                                      states=count_states(r.state for r in rows))],
                     label=f"{label}:done")
-
-
-def _nothing_reason(plan: RolloutPlan) -> str:
-    """Why a rollout has nothing to move: how many hosts are on their target, and why the
-    others were skipped."""
-    reasons: dict[str, int] = {}
-    for p in plan.pools:
-        for why in p.skipped.values():
-            key = "on their target" if why.startswith("already on ") else why.split(":")[0]
-            reasons[key] = reasons.get(key, 0) + 1
-    if not reasons:
-        return "no host in scope"
-    if list(reasons) == ["on their target"]:
-        return "every host is on its target already"
-    return "nothing to move: " + ", ".join(f"{n} {why}" for why, n in sorted(reasons.items()))
