@@ -12,8 +12,8 @@ import typer
 from rich.table import Table
 
 from fleet.cli.output import console, emit_json, esc
-from fleet.domain.ports import HostRef
-from fleet.errors import BadInput, CouldNotComplete, Problem, ProblemsFound
+from fleet.cli.selection import HostAlias, Limit, PoolAlias
+from fleet.errors import BadInput, CouldNotComplete, ProblemsFound
 
 if TYPE_CHECKING:
     from fleet.history import History
@@ -22,8 +22,6 @@ Inventory = Annotated[Path, typer.Option("--inventory", "-i", envvar="FLEET_INVE
                                          help="pyinfra inventory file.")]
 MatrixOpt = Annotated[Path, typer.Option("--matrix", "-m", envvar="FLEET_MATRIX",
                                          help="Version matrix (matrices/*.yaml).")]
-Limit = Annotated[list[str] | None, typer.Option(
-    "--limit", "-l", help="Only these pools (groups) or host-name globs; repeatable.")]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
 Force = Annotated[bool, typer.Option(
     "--force", help="Pin hosts of a pool that an unfinished rollout covers (recorded).")]
@@ -184,10 +182,9 @@ def rollback(
     inventory: Inventory,
     matrix: MatrixOpt,
     reason: Annotated[str, typer.Option("--reason", help="Why: recorded with who ran it.")],
-    pool: Annotated[str | None, typer.Option("--pool", help="Roll back every host of a pool.")]
-    = None,
-    host: Annotated[list[str] | None, typer.Option("--host", help="Roll back these hosts.")]
-    = None,
+    limit: Limit = None,
+    pool: PoolAlias = None,
+    host: HostAlias = None,
     to: Annotated[str, typer.Option(
         "--to", help="'previous' (each host's last known-good release from the history, else "
         "the matrix's previous for its pool) or a release name.")] = "previous",
@@ -203,7 +200,8 @@ def rollback(
         "confirmation asked).")] = False,
     json_out: JsonFlag = False,
 ) -> None:
-    """Put a pool or hosts back on their last known-good release, verified (incident path).
+    """Put the hosts -l selects (pools, host globs) back on their last known-good release,
+    verified (incident path).
 
     No benchmark gates on this path. Hosts are drained first and waited for until their jobs
     end (the pool's `rollout.drain` timeout); `--no-drain` skips that, recorded with the reason.
@@ -211,6 +209,7 @@ def rollback(
     and why go into the history.
     """
     from fleet.cli.app import settings
+    from fleet.cli.selection import choose, given, values
     from fleet.domain.matrix.loader import load_matrix
     from fleet.domain.selection import release_problem
     from fleet.history import open_history, os_actor, record_event
@@ -219,8 +218,10 @@ def rollback(
     from fleet.remote.session import patch_gevent
     from fleet.schedulers import scheduler_for
 
-    if (pool is None) == (not host):
-        raise BadInput.single("give --pool or --host (not both)", field="--pool/--host")
+    selectors = given(limit, pool, host)
+    if not selectors:  # never the whole inventory by omission
+        raise BadInput.single("say what to roll back: -l POOL or -l HOST-GLOB (repeatable)",
+                              field="--limit")
     if not reason.strip():
         raise BadInput.single("--reason must say why", field="--reason")
     patch_gevent()
@@ -228,7 +229,7 @@ def rollback(
     if to != "previous" and (why := release_problem(to, m)) is not None:
         raise BadInput.single(why, file=str(matrix), field="--to")
     backend = SshBackend(inventory)
-    refs = _selected(backend.hosts(), pool, host)
+    refs = choose(selectors, backend.hosts())
     sched = scheduler_for(scheduler, refs)
     actor = os_actor()
     db = settings(ctx).db
@@ -260,7 +261,7 @@ def rollback(
             typer.confirm("proceed?", abort=True)
         if not dry:
             assert history is not None
-            record_event(history, "rollback", pool or ",".join(host or []), reason,
+            record_event(history, "rollback", ",".join(values(selectors)), reason,
                          {"targets": {h: r.name for h, r in targets.items()},
                           "sources": sources}, actor=actor, at=_now())
         with console.status("planning" if dry else "rolling back") as status:
@@ -282,25 +283,6 @@ def _previous(history: History | None, m: Any, host: str,
         return previous_known_good(history, m, host, pool)
     prev = m.previous_for(pool) if pool is not None else None
     return (prev, "matrix") if prev is not None else (None, "none")
-
-
-def _selected(every: list[HostRef], pool: str | None, hosts: list[str] | None) -> list[HostRef]:
-    """The hosts `--pool` or `--host` (names or globs) select; refused when the pool has no
-    host or a `--host` matches none, with the names the inventory has."""
-    from fleet.domain.selection import host_pools, known, limit_matches
-
-    if pool is not None:
-        refs = [r for r in every if r.pool == pool]
-        if not refs:
-            raise BadInput.single(f"no host of pool {pool!r} in the inventory (pools: "
-                                  f"{known(host_pools(every))})", field="--pool")
-        return refs
-    wrong = [Problem(None, None, "--host", f"{h!r} matches no host of the inventory (hosts: "
-                                          f"{known(r.name for r in every)})")
-             for h in dict.fromkeys(hosts or []) if not any(limit_matches(h, r) for r in every)]
-    if wrong:
-        raise BadInput(wrong)
-    return [r for r in every if any(limit_matches(h, r) for h in hosts or [])]
 
 
 def register(app: typer.Typer) -> None:

@@ -41,8 +41,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         f"fleet apply -m {MATRIX} -i {INV} -r r595-cuda13.2 -l h100 --serial 2",
     ),
     "rollback": (
-        f"fleet rollback -m {MATRIX} -i {INV} --pool h100 --reason 'Xid 79' --yes",
-        f"fleet rollback -m {MATRIX} -i {INV} --host 'gpu-0[1-4]' --reason RMA",
+        f"fleet rollback -m {MATRIX} -i {INV} -l h100 --reason 'Xid 79 storm' --yes",
+        f"fleet rollback -m {MATRIX} -i {INV} -l 'gpu-0[1-4]' --reason RMA --dry",
     ),
     "exec": (
         f"fleet exec -i {INV} -l h100-canary -- nvidia-smi -L",
@@ -103,14 +103,14 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     # ------------------------------------------------------------------ rollout
     "rollout": (f"fleet rollout plan -m {MATRIX} -i {INV}", "fleet rollout status 3"),
     "rollout plan": (f"fleet rollout plan -m {MATRIX} -i {INV}",
-                     f"fleet rollout plan -m {MATRIX} --sim 64 --pool h100 --json"),
+                     f"fleet rollout plan -m {MATRIX} --sim 64 -l h100 --json"),
     "rollout start": (f"fleet rollout start -m {MATRIX} -i {INV} --release r595-cuda13.2",
-                      f"fleet rollout start -m {MATRIX} --sim 64 --pool h100-canary"),
+                      f"fleet rollout start -m {MATRIX} --sim 64 -l h100-canary --dry"),
     "rollout resume": ("fleet rollout resume 3", "fleet rollout resume 3 --force"),
     "rollout promote": ("fleet rollout promote 3 --reason 'p99 within noise, checked by hand'",),
     "rollout abort": ("fleet rollout abort 3 --reason 'Xid 79 on a canary'",),
     "rollout status": ("fleet rollout status 3", "fleet rollout status 3 --hosts --json"),
-    "rollout history": ("fleet rollout history", "fleet rollout history --json"),
+    "rollout history": ("fleet rollout history", "fleet rollout history -n 5 --json"),
     # ------------------------------------------------------------------ hygiene, quarantine
     "hygiene": (f"fleet hygiene run -m {MATRIX} -i {INV} --report-dir reports/",),
     "hygiene run": (f"fleet hygiene run -m {MATRIX} -i {INV} --report-dir reports/",

@@ -3,6 +3,7 @@ inventory, the history and the scheduler say about the hosts."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, NamedTuple
@@ -23,8 +24,12 @@ SimOpt = Annotated[int | None, typer.Option(
 SimSpecOpt = Annotated[Path | None, typer.Option(
     "--sim-spec", help="Plan for a simulated fleet described by a YAML spec (fleet.sim.SimSpec).")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the simulated fleet.")]
+LimitOpt = Annotated[list[str] | None, typer.Option(
+    "--limit", "-l", show_default=False, help="Only this pool; repeatable. A rollout moves "
+    "whole pools, so each value is a pool name; one that names no pool with hosts is refused.")]
 PoolOpt = Annotated[list[str] | None, typer.Option(
-    "--pool", "-p", help="Only this pool; repeatable.")]
+    "--pool", "-p", show_default=False,
+    help="Alias of --limit (a pool name; kept for existing scripts).")]
 SchedulerOpt = Annotated[str | None, typer.Option(
     "--scheduler", help="Drain through, and read administrative states from: none, slurm, "
     "kubernetes (default: the inventory's `scheduler` host data, else none).")]
@@ -104,12 +109,25 @@ def check_scheduler(name: str | None, *, sim: bool) -> None:
                               "--scheduler goes with --inventory", field="--scheduler")
 
 
-def check_pools(pools: list[str] | None, refs: list[HostRef], m: Matrix) -> None:
+def selected_pools(limit: list[str] | None, pool: list[str] | None) -> list[tuple[str, str]]:
+    """The pools `-l/--limit` and its alias `--pool/-p` name, as (option, pool)."""
+    from fleet.cli.selection import given
+
+    return given(limit, pool)
+
+
+def check_pools(pools: Sequence[str | tuple[str, str]] | None, refs: list[HostRef],
+                m: Matrix) -> None:
+    """Every pool named (a bare name, or (option, name) to say which option named it) must be
+    a pool with hosts: a typo is refused with the pools that exist, even beside valid ones."""
     from fleet.domain.selection import pool_problems
 
-    problems = pool_problems(pools or (), refs, m)
+    problems = [Problem(None, None, option, why)
+                for option, name in (("--limit", p) if isinstance(p, str) else p
+                                     for p in pools or ())
+                for why in pool_problems([name], refs, m)]
     if problems:
-        raise BadInput([Problem(None, None, "--pool", why) for why in problems])
+        raise BadInput(problems)
 
 
 def no_rollout(history: Any, rollout_id: int | None) -> BadInput:

@@ -15,7 +15,7 @@ from fleet.domain.matrix.models import Matrix
 
 
 def start_dry(ctx: typer.Context, m: Matrix, source: dict[str, Any],
-              build: dict[str, Any] | None, *, pools: list[str] | None, release: str | None,
+              build: dict[str, Any] | None, *, pools: list[tuple[str, str]], release: str | None,
               json_out: bool) -> None:
     """Print the preview, then exit as the start would have to: 3 when a host could not be
     read or would be left out unreachable, or another rollout holds a pool; 1 when nothing can
@@ -33,7 +33,8 @@ def start_dry(ctx: typer.Context, m: Matrix, source: dict[str, Any],
         seen = from_history(settings(ctx).db, [r.name for r in refs])
         releases, unreachable = seen.releases, seen.unreachable
     with _read_only(settings(ctx).db) as history:
-        preview = preview_start(backend, sched, m, history, now=now, pools=pools or None,
+        preview = preview_start(backend, sched, m, history, now=now,
+                                pools=list(dict.fromkeys(p for _, p in pools)) or None,
                                 release=release, releases=releases, unreachable=unreachable)
     if json_out:
         emit_json({**preview.as_dict(), "source": source})

@@ -27,6 +27,7 @@ from fleet.cli.output import console, emit_json, esc
 from fleet.cli.rollout.common import (
     InventoryOpt,
     JsonFlag,
+    LimitOpt,
     MatrixOpt,
     PoolOpt,
     SchedulerOpt,
@@ -38,6 +39,7 @@ from fleet.cli.rollout.common import (
     check_scheduler,
     from_history,
     inventory_hosts,
+    selected_pools,
 )
 from fleet.cli.rollout.group import app
 from fleet.domain.plan import RolloutPlan
@@ -92,6 +94,7 @@ def plan_cmd(
     sim: SimOpt = None,
     sim_spec: SimSpecOpt = None,
     seed: SeedOpt = 0,
+    limit: LimitOpt = None,
     pool: PoolOpt = None,
     scheduler: SchedulerOpt = None,
     json_out: JsonFlag = False,
@@ -113,6 +116,8 @@ def plan_cmd(
         raise BadInput.single("give exactly one of --inventory, --sim N or --sim-spec FILE",
                               field="--inventory/--sim")
     check_scheduler(scheduler, sim=inventory is None)
+    named = selected_pools(limit, pool)
+    pool = list(dict.fromkeys(p for _, p in named))
     m = load_matrix(matrix, today=datetime.now(UTC).date()).matrix
     releases: dict[str, str | None]
     admin: dict[str, AdminState]
@@ -122,7 +127,7 @@ def plan_cmd(
     meta: dict[str, Any] = {"matrix": str(matrix)}
     if inventory is not None:
         refs = inventory_hosts(inventory, m)
-        check_pools(pool, refs, m)  # before the history or the scheduler is asked anything
+        check_pools(named, refs, m)  # before the history or the scheduler is asked anything
         names = [r.name for r in refs]
         seen = from_history(settings(ctx).db, names)
         releases, quarantined, unreachable = seen.releases, seen.quarantined, seen.unreachable
@@ -140,7 +145,7 @@ def plan_cmd(
             fleet = SimFleet.build(m, sim, seed)
             meta.update(source="sim", sim=sim, seed=seed)
         refs = fleet.hosts()
-        check_pools(pool, refs, m)
+        check_pools(named, refs, m)
         releases = fleet.releases_by_host()
         sched = fleet.scheduler()
         admin = {r.name: s for r in refs

@@ -11,6 +11,7 @@ import typer
 from fleet.cli.rollout.common import (
     InventoryOpt,
     JsonFlag,
+    LimitOpt,
     MatrixOpt,
     PoolOpt,
     SchedulerOpt,
@@ -20,6 +21,7 @@ from fleet.cli.rollout.common import (
     check_pools,
     check_scheduler,
     from_history,
+    selected_pools,
 )
 from fleet.cli.rollout.drive import drive
 from fleet.cli.rollout.group import app
@@ -45,6 +47,7 @@ def start_cmd(
     sim_state: Annotated[Path | None, typer.Option(
         "--sim-state", help="Where the simulated fleet's state is kept between commands "
                             "(default: <db>.sim.json).")] = None,
+    limit: LimitOpt = None,
     pool: PoolOpt = None,
     release: Annotated[str | None, typer.Option(
         "--release", "-r", help="Target release (default: each pool's golden release).")] = None,
@@ -80,6 +83,8 @@ def start_cmd(
         raise BadInput.single("--sim-faults, --sim-slow and --sim-state go with --sim N",
                               field="--sim-faults")
     check_scheduler(scheduler, sim=inventory is None)
+    named = selected_pools(limit, pool)
+    pool = list(dict.fromkeys(p for _, p in named))
     m = load_matrix(matrix, today=datetime.now(UTC).date()).matrix
     if (why := release_problem(release, m)) is not None:
         raise BadInput.single(why, field="--release")
@@ -97,11 +102,11 @@ def start_cmd(
     if dry:
         from fleet.cli.rollout.dry import start_dry
 
-        start_dry(ctx, m, source, build, pools=pool, release=release, json_out=json_out)
+        start_dry(ctx, m, source, build, pools=named, release=release, json_out=json_out)
         return
 
     def action(engine: Any) -> Any:
-        check_pools(pool, list(engine.refs.values()), m)
+        check_pools(named, list(engine.refs.values()), m)
         fleet = engine.backend._target if isinstance(engine.backend, Saving) else None
         releases: dict[str, str | None] = {}
         unreachable: list[str] = []

@@ -75,15 +75,19 @@ def status_cmd(ctx: typer.Context,
 
 @app.command("history")
 def history_cmd(ctx: typer.Context,
-                limit: Annotated[int, typer.Option("--limit", min=1)] = 20,
-                json_out: JsonFlag = False) -> None:
+                last: Annotated[int, typer.Option(
+                    "--last", "-n", min=1, help="How many, newest first.")] = 20,
+                json_out: JsonFlag = False,
+                old_limit: Annotated[int | None, typer.Option(
+                    "--limit", min=1, hidden=True, help="Old spelling of --last.")] = None,
+                ) -> None:
     """Past and current rollouts, newest first."""
     from fleet.cli.app import settings
     from fleet.history import open_history
     from fleet.history.rollouts import list_rollouts, scope_pools
 
     with open_history(settings(ctx).db, create=False) as history:
-        rows = list_rollouts(history, limit=limit)
+        rows = list_rollouts(history, limit=old_limit or last)
     docs: list[dict[str, Any]] = [{"id": r.id, "status": r.status, "release": r.release,
              "pools": scope_pools(r.scope), "started_by": r.started_by,
              "started_at": r.started_at, "ended_at": r.ended_at} for r in rows]
