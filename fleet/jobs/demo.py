@@ -16,7 +16,7 @@ starts on a fixed Monday and only moves when the demo moves it:
    circuit breaker, 10% of a pool per run, lets each through) and someone hand-upgrades a package
    on one host; the weekly hygiene run quarantines the two and flags the drifted host;
 5. an incident: a pool rolled back to its last known-good release, by the same path as
-   `fleet rollback --pool ...` (`pin_hosts(kind="rollback")`), and verified.
+   `fleet rollback -l POOL ...` (`pin_hosts(kind="rollback")`), and verified.
 
 Deterministic: a fixed seed, the logical clock, and judges with seeded generators. Whatever does
 not go as the story says is listed in `DemoResult.problems` (the command then exits 1).
@@ -538,7 +538,7 @@ class _Story:
                 targets[r.name], sources[r.name] = rel, source
         self.expect(step, len(targets) == len(refs),
                     f"no known-good release for {sorted({r.name for r in refs} - set(targets))}")
-        # what `fleet rollback --pool` does: record who and why, then pin, reboot, verify
+        # what `fleet rollback -l POOL` does: record who and why, then pin, reboot, verify
         record_event(self.history, "rollback", c.incident_pool, INCIDENT_REASON,
                      {"targets": {h: t.name for h, t in targets.items()}, "sources": sources},
                      actor=self.actor, at=self.clock())
@@ -568,7 +568,7 @@ class _Story:
             step.lines.append(f"The pin also put back {c.drift_host}'s hand-installed "
                               f"{c.drift_package}.")
         step.commands += [
-            f"fleet rollback -m {self.m} -i inventory.py --pool {c.incident_pool} "
+            f"fleet rollback -m {self.m} -i inventory.py -l {c.incident_pool} "
             f"--reason \"{INCIDENT_REASON}\" --yes",
             "fleet history events",
         ]
