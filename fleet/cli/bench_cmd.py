@@ -23,6 +23,7 @@ import typer
 from rich.table import Table
 
 from fleet.cli.output import console, emit_json, esc
+from fleet.cli.selection import Limit
 from fleet.errors import BadInput, CouldNotComplete, Problem, ProblemsFound
 
 app = typer.Typer(help="Benchmarks (synthetic and trace replay) and the canary judge.",
@@ -105,8 +106,7 @@ def run(
     inventory: Annotated[Path, typer.Option("--inventory", "-i", help="pyinfra inventory file.",
                                             envvar="FLEET_INVENTORY")],
     suite: Annotated[str, typer.Option(help="synthetic or replay.")] = "synthetic",
-    limit: Annotated[list[str] | None, typer.Option(
-        "--limit", "-l", help="Only these pools (inventory groups) or host-name globs.")] = None,
+    limit: Limit = None,
     trace: Annotated[Path | None, typer.Option(help="Replay trace (JSON lines).")] = None,
     command: Annotated[str | None, typer.Option(
         help="synthetic: the benchmark command printing JSON metrics (e.g. fleet-lab-bench); "

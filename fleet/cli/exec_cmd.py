@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from fleet.cli.output import console, emit_json, esc
+from fleet.cli.selection import Limit
 from fleet.errors import BadInput, CouldNotComplete, ProblemsFound
 
 
@@ -15,8 +16,7 @@ def exec_(
     inventory: Annotated[Path, typer.Option("--inventory", "-i", envvar="FLEET_INVENTORY",
                                             help="pyinfra inventory file.")],
     command: Annotated[list[str], typer.Argument(help="The command, after `--`.")],
-    limit: Annotated[list[str] | None, typer.Option(
-        "--limit", "-l", help="Only these pools (groups) or host-name globs; repeatable.")] = None,
+    limit: Limit = None,
     timeout: Annotated[float, typer.Option(help="Per-host command timeout, seconds.")] = 60.0,
     connect_timeout: Annotated[float, typer.Option(help="Per-host connect timeout.")] = 10.0,
     json_out: Annotated[bool, typer.Option("--json", help="JSON on stdout.")] = False,

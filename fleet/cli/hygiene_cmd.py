@@ -15,6 +15,7 @@ import typer
 from rich.table import Table
 
 from fleet.cli.output import console, emit_json, esc
+from fleet.cli.selection import Limit
 from fleet.errors import BadInput, Problem, ProblemsFound
 
 app = typer.Typer(help="The weekly hygiene job: drift audit, error trends, quarantine, reports.",
@@ -42,8 +43,7 @@ def run(
                                          envvar="FLEET_MATRIX")],
     inventory: Annotated[Path | None, typer.Option(
         "--inventory", "-i", help="pyinfra inventory file.", envvar="FLEET_INVENTORY")] = None,
-    limit: Annotated[list[str] | None, typer.Option(
-        "--limit", "-l", help="Only these pools (inventory groups) or host-name globs.")] = None,
+    limit: Limit = None,
     apply_quarantine: Annotated[bool, typer.Option(
         "--apply-quarantine", help="Drain proposed hosts through the scheduler and record the "
         "quarantine (never past the circuit breaker).")] = False,

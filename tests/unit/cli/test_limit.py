@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from fleet.cli.app import run
+from fleet.cli.selection import LIMIT_HELP
 from fleet.domain.ports import HostRef
 from fleet.domain.selection import limit_problem, select, unmatched
 from fleet.errors import BadInput, ExitCode
@@ -250,6 +251,8 @@ def test_every_selecting_command_has_limit_and_documents_aliases() -> None:
         if path in selecting:
             assert "-l" in opts and "--limit" in opts and opts["-l"] is opts["--limit"], path
             assert opts["--limit"].multiple, path
+            if path[0] != "rollout":  # the same words everywhere; rollouts take pool names
+                assert opts["--limit"].help == LIMIT_HELP, path
         for alias in ("--pool", "--host"):
             if alias in opts and path not in assigning:
                 assert path in selecting and "Alias of --limit" in (opts[alias].help or ""), \
