@@ -21,13 +21,13 @@ LIMIT_HELP = ("A pool (inventory group) or a host-name glob ('gpu-0*'); repeatab
               "selected when any value matches it. A value that matches nothing is refused.")
 
 Limit = Annotated[list[str] | None, typer.Option("--limit", "-l", help=LIMIT_HELP,
-                                                 show_default=False)]
+                                                 metavar="POOL|GLOB", show_default=False)]
 PoolAlias = Annotated[list[str] | None, typer.Option(
     "--pool", help="Alias of --limit (a pool name; kept for existing scripts).",
-    show_default=False)]
+    metavar="POOL", show_default=False)]
 HostAlias = Annotated[list[str] | None, typer.Option(
     "--host", help="Alias of --limit (a host name or glob; kept for existing scripts).",
-    show_default=False)]
+    metavar="HOST", show_default=False)]
 
 
 def given(limit: Sequence[str] | None, pool: Sequence[str] | None = None,

@@ -25,10 +25,11 @@ SimSpecOpt = Annotated[Path | None, typer.Option(
     "--sim-spec", help="Plan for a simulated fleet described by a YAML spec (fleet.sim.SimSpec).")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the simulated fleet.")]
 LimitOpt = Annotated[list[str] | None, typer.Option(
-    "--limit", "-l", show_default=False, help="Only this pool; repeatable. A rollout moves "
-    "whole pools, so each value is a pool name; one that names no pool with hosts is refused.")]
+    "--limit", "-l", metavar="POOL", show_default=False,
+    help="Only this pool; repeatable. A rollout moves whole pools, so each value is a pool "
+    "name; one that names no pool with hosts is refused.")]
 PoolOpt = Annotated[list[str] | None, typer.Option(
-    "--pool", "-p", show_default=False,
+    "--pool", "-p", metavar="POOL", show_default=False,
     help="Alias of --limit (a pool name; kept for existing scripts).")]
 SchedulerOpt = Annotated[str | None, typer.Option(
     "--scheduler", help="Drain through, and read administrative states from: none, slurm, "
