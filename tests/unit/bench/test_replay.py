@@ -70,6 +70,17 @@ def test_a_client_that_falls_behind_is_invalid_not_slow() -> None:
     assert not s["valid"] and "could not keep up" in s["invalid_reason"]
 
 
+def test_scheduler_jitter_on_a_short_trace_is_not_falling_behind() -> None:
+    # 6 requests in 0.25 s, the first sent 6 ms late (a busy host): a 2.4% rate miss, 6 ms of span
+    recs = [_rec(i * 0.05, i * 0.05 + (0.006 if i == 0 else 0.0), i * 0.05 + 0.007)
+            for i in range(6)]
+    assert replay.summarize(recs)["valid"]
+    # the same trace sent 30 ms late by its end: behind by more than jitter explains
+    recs = [_rec(i * 0.05, i * 0.056, i * 0.056 + 0.001) for i in range(6)]
+    s = replay.summarize(recs)
+    assert not s["valid"] and "could not keep up" in s["invalid_reason"]
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
