@@ -349,9 +349,10 @@ def welch_log_interval(canary: NDArray[np.float64], baseline: NDArray[np.float64
 
 # --- judging ------------------------------------------------------------------------------------
 
-def _decide(spec_dir: Direction, allowance: float, lo: float, hi: float,
+def decide_shift(spec_dir: Direction, allowance: float, lo: float, hi: float,
             relative: bool = True) -> tuple[Verdict, str]:
-    """Non-inferiority on an interval of the (signed, natural) shift."""
+    """Non-inferiority on an interval of the (signed, natural) shift; public because the sample
+    sizing (sample_size.py) searches with the very rule the judge applies."""
     if math.isnan(lo) or math.isnan(hi):
         return "inconclusive", "no interval"
     worse_lo, worse_hi = (lo, hi) if spec_dir == "lower" else (-hi, -lo)
@@ -448,7 +449,7 @@ def judge_location(spec: MetricSpec, c: NDArray[np.float64], b: NDArray[np.float
     mc, mb = float(np.median(c)), float(np.median(b))
     # Non-inferiority p: H0 "worse by at least the allowance", by Mann-Whitney on shifted data.
     p = _noninferiority_p(spec, c, b)
-    verdict, why = _decide(spec.direction, spec.allowance, lo, hi)
+    verdict, why = decide_shift(spec.direction, spec.allowance, lo, hi)
     reason = (f"{spec.name}: {verdict}: n={len(c)}/{len(b)}, median {_g(mc)} vs {_g(mb)}, "
               f"shift {_pct(shift)} [{_pct(lo)}, {_pct(hi)}] {why}")
     return replace(v, verdict=verdict, canary=mc, baseline=mb, shift=shift, low=lo, high=hi,
@@ -491,7 +492,7 @@ def judge_tail(spec: MetricSpec, q: float, c: NDArray[np.float64], b: NDArray[np
         shift, lo, hi = math.expm1(d), math.expm1(lo), math.expm1(hi)
     else:
         shift, lo, hi = d / abs(qb), lo / abs(qb), hi / abs(qb)
-    verdict, why = _decide(spec.direction, a, lo, hi)
+    verdict, why = decide_shift(spec.direction, a, lo, hi)
     reason = (f"{v.metric}: {verdict}: n={len(c)}/{len(b)}, {label} {_g(qc)} vs {_g(qb)}, "
               f"ratio {_pct(shift)} [{_pct(lo)}, {_pct(hi)}] {why}")
     return replace(v, verdict=verdict, canary=qc, baseline=qb, shift=shift, low=lo, high=hi,
@@ -517,7 +518,7 @@ def judge_rate(spec: MetricSpec, c: NDArray[np.float64], b: NDArray[np.float64],
         kc, kb = nc - kc, nb - kb
     d, lo, hi = newcombe_interval(kc, nc, kb, nb, cfg.confidence)
     p = float(stats.fisher_exact([[kc, nc - kc], [kb, nb - kb]], alternative="greater").pvalue)
-    verdict, why = _decide("lower", spec.allowance, lo, hi, relative=False)
+    verdict, why = decide_shift("lower", spec.allowance, lo, hi, relative=False)
     what = "errors" if spec.direction == "lower" else "misses"
     reason = (f"{spec.name}: {verdict}: {what} {kc}/{nc} vs {kb}/{nb}, "
               f"difference {d * 100:+.2f} pp [{lo * 100:+.2f}, {hi * 100:+.2f}] {why} "
@@ -545,7 +546,7 @@ def judge_run(spec: MetricSpec, c: NDArray[np.float64], b: NDArray[np.float64],
     shift, lo, hi = _relative(
         spec, c, b, lambda x, y: welch_log_interval(x, y, cfg.confidence), welch_add)
     mc, mb = float(np.mean(c)), float(np.mean(b))
-    verdict, why = _decide(spec.direction, spec.allowance, lo, hi)
+    verdict, why = decide_shift(spec.direction, spec.allowance, lo, hi)
     reason = (f"{spec.name}: {verdict}: runs={len(c)}/{len(b)}, mean {_g(mc)} vs {_g(mb)}, "
               f"shift {_pct(shift)} [{_pct(lo)}, {_pct(hi)}] {why}")
     return replace(v, verdict=verdict, canary=mc, baseline=mb, shift=shift, low=lo, high=hi,

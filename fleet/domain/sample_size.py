@@ -40,7 +40,7 @@ from fleet.domain.judge import (
     JudgeConfig,
     Kind,
     MetricSpec,
-    _decide,
+    decide_shift,
     default_spec,
     newcombe_interval,
 )
@@ -114,7 +114,7 @@ def _rate_need(allowance: float, confidence: float, p0: float, power: float,
     def passes(n: int) -> bool:
         k = min(n, round(p0 * n))
         _d, lo, hi = newcombe_interval(k, n, k, n, confidence)
-        return _decide("lower", allowance, lo, hi, relative=False)[0] == "pass"
+        return decide_shift("lower", allowance, lo, hi, relative=False)[0] == "pass"
 
     hi_n = max(minimum, 1)
     while not passes(hi_n):
