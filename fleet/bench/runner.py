@@ -38,6 +38,9 @@ import sys
 import time
 
 CMD_TIMEOUT_S = 900.0
+DCGM_DIAG_TIMEOUT_S = {1: 300.0, 2: 900.0, 3: 3600.0, 4: 4 * 3600.0}
+"""Per `dcgmi diag -r` level: about 4x NVIDIA's typical duration (seconds, ~2 min, ~15 min);
+level 4 has no published figure beyond "longer than 3" (memtest), so a long ceiling."""
 NOT_METRICS = {"ok", "samples", "n", "count", "rc", "exit_code", "pid", "seed", "repeats"}
 
 
@@ -193,7 +196,9 @@ def parse_dcgm_diag(text):
     return _result("dcgm", verdict, samples, details, errors)
 
 
-def run_dcgm(level=1, timeout=CMD_TIMEOUT_S, runner=subprocess.run):
+def run_dcgm(level=1, timeout=None, runner=subprocess.run):
+    if timeout is None:
+        timeout = DCGM_DIAG_TIMEOUT_S.get(int(level), CMD_TIMEOUT_S)
     try:
         p = runner(["dcgmi", "diag", "-r", str(int(level)), "-j"], capture_output=True,
                    text=True, timeout=timeout)

@@ -83,3 +83,26 @@ def test_the_shipped_file_runs_standalone() -> None:
                           "--repeats", "2"], capture_output=True, text=True, timeout=60)
     doc = json.loads(out.stdout)
     assert doc["samples"] == {"tflops": [1.5, 1.5]}, out.stderr
+
+
+@pytest.mark.parametrize("level", [1, 2, 3, 4])
+def test_dcgm_waits_longer_than_nvidia_says_each_level_takes(level: int) -> None:
+    # NVIDIA's typical durations: level 1 seconds, 2 about 2 min, 3 about 15 min, 4 longer than 3
+    seen: dict[str, object] = {}
+
+    def fake(argv: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+        seen.update(argv=argv, timeout=kw["timeout"])
+        return subprocess.CompletedProcess(argv, 0, (DATA / "dcgm_pass.json").read_text(), "")
+
+    assert runner.run_dcgm(level, runner=fake)["verdict"] == "pass"
+    assert seen["argv"] == ["dcgmi", "diag", "-r", str(level), "-j"]
+    typical = {1: 60, 2: 120, 3: 15 * 60, 4: 30 * 60}[level]
+    assert float(seen["timeout"]) >= 3 * typical  # type: ignore[arg-type]
+
+
+def test_dcgm_timeout_is_could_not_measure_not_a_pass() -> None:
+    def fake(argv: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+        raise subprocess.TimeoutExpired(argv, float(kw["timeout"]))  # type: ignore[arg-type]
+
+    res = runner.run_dcgm(3, runner=fake)
+    assert res["verdict"] == "could not measure" and "timed out" in res["errors"][0]
