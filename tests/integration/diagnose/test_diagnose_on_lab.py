@@ -156,3 +156,38 @@ def test_full_disk_live_and_from_a_bundle(clean, lab_paths, tmp_path) -> None:  
         assert f["evidence"]["mount"] == "/mnt/fleet-full" and f["evidence"]["used_pct"] >= 99
     finally:
         clean.sh("umount /mnt/fleet-full", check=False)
+
+
+def test_queueing_from_the_pools_metrics_url(clean, lab_paths, tmp_path) -> None:  # noqa: ANN001
+    """The serving layer's metrics (a vLLM-shaped Prometheus text served on the host) named by
+    `serving_metrics_url` in the inventory: fetched on the host (python3: the lab has no curl),
+    queueing judged live and from the bundle."""
+    metrics = ("vllm:num_requests_waiting{model_name=\"m\"} 12\n"
+               "vllm:num_requests_running{model_name=\"m\"} 4\n"
+               "vllm:request_queue_time_seconds_sum{model_name=\"m\"} 30\n"
+               "vllm:request_queue_time_seconds_count{model_name=\"m\"} 10\n")
+    clean.sh(f"mkdir -p /tmp/fleet-metrics && printf '%s' '{metrics}' > "
+             "/tmp/fleet-metrics/metrics")
+    # only the server goes to the background, its output away from the SSH channel
+    _, out, _ = clean.sh("cd /tmp/fleet-metrics && { setsid python3 -m http.server 9400 --bind "
+                         "127.0.0.1 >/dev/null 2>&1 </dev/null & echo $!; } && sleep 1")
+    pid = out.strip()
+    inv = tmp_path / "inv.py"
+    inv.write_text(
+        "import runpy\n"
+        f"_lab = runpy.run_path({str(INV)!r})\n"
+        f"served = [(n, {{**d, 'serving_metrics_url': 'http://127.0.0.1:9400/metrics'}})"
+        f" for n, d in _lab['lab'] if n == {HOST!r}]\n")
+    try:
+        rc, live = fleet(lab_paths, "diagnose", HOST, "-i", str(inv), "--seconds", SECONDS)
+        rc_col, col = fleet(lab_paths, "bundle", "collect", HOST, "-i", str(inv), "-o",
+                            str(tmp_path / "b"), "--seconds", SECONDS)
+        assert rc_col == 0 and {"metrics.txt", "metrics-url"} <= set(col["files"]), col
+        rc_b, bundle = fleet(lab_paths, "diagnose", str(tmp_path / "b"))
+        assert rc == rc_b == 1
+        assert without_cpu(live) == without_cpu(bundle) == "queueing", (live, bundle)
+        f = next(f for f in live["findings"] if f["class"] == "queueing")
+        assert f["evidence"]["waiting"] == 12 and f["evidence"]["queue_wait_s_mean"] == 3.0
+        assert f["evidence"]["source"] == "http://127.0.0.1:9400/metrics"
+    finally:
+        clean.sh(f"kill {pid}", check=False)
