@@ -55,7 +55,8 @@ def compare(
     canary: Annotated[Path, typer.Option("--canary", help="Canary samples (JSON object).")],
     baseline: Annotated[Path, typer.Option("--baseline", help="Baseline samples (JSON).")],
     metric: Annotated[list[str] | None, typer.Option(
-        "--metric", help="NAME:lower|higher[:ALLOWANCE%][:noncritical][:notails]; repeatable. "
+        "--metric", metavar="SPEC",
+        help="NAME:lower|higher[:ALLOWANCE%][:noncritical][:notails]; repeatable. "
         "Metrics without one get defaults by name.")] = None,
     only: Annotated[bool, typer.Option(
         "--only", help="Judge only the metrics named by --metric.")] = False,

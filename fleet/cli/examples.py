@@ -192,8 +192,9 @@ def parse_command(argv: list[str], root: Any = None) -> tuple[str, ...]:
 
 def hide_flag_placeholders() -> None:
     """Show flags as `--json`, not `--json <bool>`: typer's rich help prints the type of every
-    option, flags included, where click's plain help prints none for a flag."""
-    from typer.core import TyperOption
+    option, flags included, where click's plain help prints none for a flag; and a variadic
+    argument as `COMMAND...`, not `COMMAND... <list[str]>`."""
+    from typer.core import TyperArgument, TyperOption
 
     original = TyperOption.display_type_rich
     if getattr(original, "_fleet_flags", False):
@@ -206,3 +207,11 @@ def hide_flag_placeholders() -> None:
 
     display_type_rich._fleet_flags = True  # type: ignore[attr-defined]
     setattr(TyperOption, "display_type_rich", display_type_rich)  # noqa: B010
+
+    original_arg = TyperArgument.display_type_rich
+
+    def arg_display_type_rich(self: TyperArgument, ctx: Any) -> str | None:
+        # `COMMAND...` already says "one or more"; `<list[str]>` beside it is typer's storage
+        return None if self.nargs != 1 else original_arg(self, ctx)
+
+    setattr(TyperArgument, "display_type_rich", arg_display_type_rich)  # noqa: B010

@@ -15,7 +15,8 @@ from fleet.errors import BadInput, CouldNotComplete, ProblemsFound
 def exec_(
     inventory: Annotated[Path, typer.Option("--inventory", "-i", envvar="FLEET_INVENTORY",
                                             help="pyinfra inventory file.")],
-    command: Annotated[list[str], typer.Argument(help="The command, after `--`.")],
+    command: Annotated[list[str], typer.Argument(metavar="COMMAND...",
+                                                 help="The command, after `--`.")],
     limit: Limit = None,
     timeout: Annotated[float, typer.Option(help="Per-host command timeout, seconds.")] = 60.0,
     connect_timeout: Annotated[float, typer.Option(help="Per-host connect timeout.")] = 10.0,

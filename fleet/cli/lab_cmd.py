@@ -49,7 +49,8 @@ def up_cmd(
     perf: Annotated[
         list[str] | None,
         typer.Option(
-            "--perf", help="RELEASE=FACTOR[:NOISE] speed of a release (repeatable), e.g. r570=0.75."
+            "--perf", metavar="RELEASE=FACTOR",
+            help="RELEASE=FACTOR[:NOISE] speed of a release (repeatable), e.g. r570=0.75.",
         ),
     ] = None,
     model_server: Annotated[

@@ -42,8 +42,9 @@ def start_cmd(
                              "unreachable, xid_after_upgrade, slow, reboot_hangs, drained).",
     )] = None,
     sim_slow: Annotated[list[str] | None, typer.Option(
-        "--sim-slow", help="RELEASE=FACTOR: the release runs at FACTOR speed (0.8 = 20% "
-                           "slower) on every simulated host; repeatable.")] = None,
+        "--sim-slow", metavar="RELEASE=FACTOR",
+        help="RELEASE=FACTOR: the release runs at FACTOR speed (0.8 = 20% slower) on every "
+             "simulated host; repeatable.")] = None,
     sim_state: Annotated[Path | None, typer.Option(
         "--sim-state", help="Where the simulated fleet's state is kept between commands "
                             "(default: <db>.sim.json).")] = None,

@@ -115,6 +115,15 @@ def test_no_bool_option_renders_a_value_placeholder() -> None:
                 assert not m.group(2).startswith("<"), (path, line)
 
 
+def test_no_option_shows_a_python_type_as_its_placeholder() -> None:
+    """`--perf <list[str]>` says how typer stores it, not what to type: such options name
+    their value (`RELEASE=FACTOR`, `SPEC`)."""
+    env = {"COLUMNS": "250", "TERM": "dumb", "NO_COLOR": "1"}
+    for path in PATHS:
+        text = CliRunner().invoke(build_app(), [*path.split(), "--help"], env=env).output
+        assert not re.findall(r"<(?:list|dict|tuple|set)\b|\[str\]>", text), (path, text)
+
+
 def test_examples_fit_a_terminal() -> None:
     long = [x for lines in EXAMPLES.values() for x in lines if len(x) > WIDTH - 2]  # padding
     assert not long
