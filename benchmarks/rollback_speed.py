@@ -6,9 +6,9 @@ Issue 5 §2 ("an 8-host lab pool rolls back in well under a minute"). A 17-host 
 the example matrix puts 8 H100 hosts in pool `h100` (h2, h5, h6, h9, h10, h13, h14, h17; h1 is
 the H100 canary). Then, per run:
 
-1. `fleet apply -r r570-cuda12.8 -l h100` (the golden release, pinned: the known-good in the
+1. `fleet apply -r r580-cuda13.0 -l h100` (the golden release, pinned: the known-good in the
    history; timed on the first run only, when it pins the unpinned lab hosts),
-2. `fleet apply -r r580-cuda13.0 -l h100` (the candidate: new driver branch, reboot, verify),
+2. `fleet apply -r r595-cuda13.2 -l h100` (the candidate: new driver branch, reboot, verify),
 3. `fleet rollback --pool h100 --reason ... --yes` (timed: each host's previous known-good from
    the history, re-pin, reboot, verify, record).
 
@@ -36,8 +36,8 @@ from fleet.lab.paths import LabPaths  # noqa: E402
 
 MATRIX = ROOT / "matrices" / "example.yaml"
 INVENTORY = ROOT / "inventories" / "lab.py"
-POOL, GOLDEN, CANDIDATE = "h100", "r570-cuda12.8", "r580-cuda13.0"
-R570 = "570.133.20"
+POOL, GOLDEN, CANDIDATE = "h100", "r580-cuda13.0", "r595-cuda13.2"
+R580 = "580.95.05"
 GOAL_S = 60.0
 
 
@@ -123,11 +123,11 @@ def main() -> int:
             if set(back.values()) != {GOLDEN}:
                 raise RuntimeError(f"rollback went to {back}")
             drivers = nvml_drivers(paths, state, pool)
-            if set(drivers.values()) != {R570}:
+            if set(drivers.values()) != {R580}:
                 raise RuntimeError(f"after the rollback NVML says {drivers}")
             rollbacks.append(dt)
             print(f"run {i + 1}: rollback --pool {POOL} ({n} hosts, to {GOLDEN}, NVML "
-                  f"{R570} on all): {dt:.1f} s", flush=True)
+                  f"{R580} on all): {dt:.1f} s", flush=True)
     finally:
         if not a.keep_lab:
             left = lab.down(paths)

@@ -1,7 +1,7 @@
 """Pin a matrix release onto hosts with the plain pyinfra CLI.
 
     pyinfra inventories/lab.py playbooks/pin_release.py \
-        --data matrix=matrices/example.yaml --data release=r570-cuda12.8
+        --data matrix=matrices/example.yaml --data release=r580-cuda13.0
 
 Without `release`, each host gets its pool's golden release (`pool` host data). `fleet apply` runs
 the same operation through pyinfra's Python API and adds refusals, verification and history.

@@ -141,7 +141,7 @@ def lab_paths() -> Iterator[LabPaths]:
             lab.UpConfig(
                 hosts=5,
                 matrix=ROOT / "matrices" / "example.yaml",
-                perf={"r550-cuda12.4": Perf(0.75, 0.01)},
+                perf={"r570-cuda12.8": Perf(0.75, 0.01)},
                 slurm=True,
                 # `fleet node-check` in every host costs CPU that the benchmark gates of the
                 # rollout tests feel on a 2-core machine: every 30 s instead of the lab's 10 s

@@ -80,7 +80,7 @@ def test_rollout_unknown_release_lists_the_releases(fleet_cli, tmp_path: Path) -
     r = fleet_cli("--db", str(tmp_path / "h.db"), "rollout", "start", "-m", MATRIX, "--sim",
                   "20", "--pool", "h100", "--release", "r999")
     assert r.returncode == ExitCode.BAD_INPUT, r.stderr
-    assert "--release" in r.stderr and "r550-cuda12.4, r570-cuda12.8, r580-cuda13.0" in r.stderr
+    assert "--release" in r.stderr and "r570-cuda12.8, r580-cuda13.0, r595-cuda13.2" in r.stderr
     _nothing_ran(tmp_path)
 
 
@@ -104,12 +104,12 @@ def test_sim_faults_are_checked(fleet_cli, tmp_path: Path, value: str, says: str
 
 
 @pytest.mark.parametrize("value,says", [
-    ("r580-cuda13.0=0", "between 0.01 and 100"),
-    ("r580-cuda13.0=inf", "between 0.01 and 100"),
-    ("r580-cuda13.0=nan", "between 0.01 and 100"),
-    ("r580-cuda13.0=-1", "between 0.01 and 100"),
+    ("r595-cuda13.2=0", "between 0.01 and 100"),
+    ("r595-cuda13.2=inf", "between 0.01 and 100"),
+    ("r595-cuda13.2=nan", "between 0.01 and 100"),
+    ("r595-cuda13.2=-1", "between 0.01 and 100"),
     ("r999=0.8", "no release 'r999'"),
-    ("r580-cuda13.0", "RELEASE=FACTOR"),
+    ("r595-cuda13.2", "RELEASE=FACTOR"),
 ])
 def test_sim_slow_is_checked(fleet_cli, tmp_path: Path, value: str, says: str) -> None:
     r = fleet_cli("--db", str(tmp_path / "h.db"), "rollout", "start", "-m", MATRIX, "--sim",
@@ -121,11 +121,11 @@ def test_sim_slow_is_checked(fleet_cli, tmp_path: Path, value: str, says: str) -
 
 def test_sim_spec_release_perf_is_checked(fleet_cli, tmp_path: Path) -> None:
     spec = tmp_path / "spec.yaml"
-    spec.write_text("hosts: 20\nrelease_perf:\n  r580-cuda13.0: 0\n  r999: 0.9\n")
+    spec.write_text("hosts: 20\nrelease_perf:\n  r595-cuda13.2: 0\n  r999: 0.9\n")
     r = fleet_cli("--db", str(tmp_path / "h.db"), "rollout", "start", "-m", MATRIX,
                   "--sim-spec", str(spec), "--pool", "h100-canary")
     assert r.returncode == ExitCode.BAD_INPUT, r.stderr
-    assert "release_perf.r580-cuda13.0" in r.stderr
+    assert "release_perf.r595-cuda13.2" in r.stderr
     _nothing_ran(tmp_path)
 
 
@@ -145,7 +145,7 @@ def test_unknown_rollout_id_lists_the_ids(fleet_cli, tmp_path: Path, argv: list[
     db = tmp_path / "h.db"
     with open_history(str(db)) as h:
         for _ in range(2):
-            create_rollout(h, matrix_path=MATRIX, release="r580-cuda13.0", pools=[],
+            create_rollout(h, matrix_path=MATRIX, release="r595-cuda13.2", pools=[],
                            waves=[], started_by="t", owner="t@x", pid=1,
                            at=datetime.now(UTC), wall=datetime.now(UTC))
     r = fleet_cli("--db", str(db), "rollout", *argv)
@@ -267,7 +267,7 @@ def test_bench_run_options_are_checked(fleet_cli, tmp_path: Path, argv: list[str
 @pytest.mark.parametrize("argv,says", [
     (["--pool", "no-such-pool"], "pools: a100, h100"),
     (["--host", "gpu-01", "--host", "no-such-host"], "hosts: gpu-01, gpu-02, gpu-03"),
-    (["--pool", "h100", "--to", "r999"], "releases: r550-cuda12.4"),
+    (["--pool", "h100", "--to", "r999"], "releases: r570-cuda12.8"),
 ])
 def test_rollback_unknown_selector(fleet_cli, tmp_path: Path, argv: list[str],
                                    says: str) -> None:

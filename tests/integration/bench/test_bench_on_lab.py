@@ -1,7 +1,7 @@
 """Benchmarks on the lab end to end (issue 6 §6): the slow release's canary fails the judge
 against a golden baseline, and two golden hosts pass.
 
-The session lab's perf model runs r550-cuda12.4 at factor 0.75 (conftest `perf=`): its synthetic
+The session lab's perf model runs r570-cuda12.8 at factor 0.75 (conftest `perf=`): its synthetic
 throughput is a quarter lower and its model server a third slower, on the host, measured across a
 real process and network boundary. h1 and h2 are both H100 hosts (same base throughput); every
 test starts from both on the golden r570 (the module fixture pins it) and puts them back on it.
@@ -24,8 +24,8 @@ pytestmark = pytest.mark.lab
 ROOT = Path(__file__).resolve().parents[3]
 MATRIX = str(ROOT / "matrices" / "example.yaml")
 INVENTORY = str(ROOT / "inventories" / "lab.py")
-GOLDEN, SLOW = "r570-cuda12.8", "r550-cuda12.4"
-R570, R550 = "570.133.20", "550.127.05"
+GOLDEN, SLOW = "r580-cuda13.0", "r570-cuda12.8"
+R580, R570 = "580.95.05", "570.133.20"
 # the synthetic benchmark's run-level metrics: throughput (higher) and median latency (lower);
 # a per-run p99 of ~75 sleeps is too jumpy on a shared CI machine to judge at 5%
 SYNTHETIC_METRICS = ["--metric", "throughput:higher:5%", "--metric", "latency_ms_p50:lower:5%",
@@ -118,7 +118,7 @@ def compare(env: dict[str, str], canary: Path, baseline: Path, metrics: list[str
 
 
 def test_two_golden_hosts_pass_the_judge(env, hosts, tmp_path) -> None:
-    assert hosts["h1"].nvml()["driver"] == R570 and hosts["h2"].nvml()["driver"] == R570
+    assert hosts["h1"].nvml()["driver"] == R580 and hosts["h2"].nvml()["driver"] == R580
     files = synthetic(env, tmp_path, "h1", "h2")
     rc, doc = compare(env, files["h1"], files["h2"], SYNTHETIC_METRICS)
     assert (rc, doc["verdict"]) == (0, "pass"), doc
@@ -129,7 +129,7 @@ def test_slow_release_canary_fails_the_judge(env, hosts, tmp_path) -> None:
     pin(env, SLOW, "h1")  # a new driver branch: apply reboots h1 onto it
     try:
         hosts["h1"].close()
-        assert hosts["h1"].nvml()["driver"] == R550
+        assert hosts["h1"].nvml()["driver"] == R570
         files = synthetic(env, tmp_path, "h1", "h2")
         canary = json.loads(files["h1"].read_text())
         baseline = json.loads(files["h2"].read_text())
@@ -142,7 +142,7 @@ def test_slow_release_canary_fails_the_judge(env, hosts, tmp_path) -> None:
     finally:
         pin(env, GOLDEN, "h1")
         hosts["h1"].close()
-    assert hosts["h1"].nvml()["driver"] == R570
+    assert hosts["h1"].nvml()["driver"] == R580
 
 
 def _trace(path: Path, n: int = 150, rate: float = 75.0) -> Path:

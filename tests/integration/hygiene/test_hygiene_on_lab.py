@@ -28,7 +28,7 @@ pytestmark = pytest.mark.lab
 ROOT = Path(__file__).resolve().parents[3]
 MATRIX = ROOT / "matrices" / "example.yaml"
 INVENTORY = ROOT / "inventories" / "lab.py"
-GOLDEN = "r570-cuda12.8"
+GOLDEN = "r580-cuda13.0"
 WEEK = dt.timedelta(weeks=1)
 
 
@@ -124,8 +124,8 @@ def test_host_drifted_by_hand_is_found(env, hosts, history, audit_matrix) -> Non
     report = hygiene(history, now, audit_matrix)
     assert not report.non_conformant, [d.as_dict() for d in report.non_conformant]
     # by hand on h3: another version of a companion, and the driver no longer held
-    old = apt_version("1.17.3")  # r550's container toolkit; r570 wants 1.17.5
-    hosts["h3"].sh("apt-mark unhold nvidia-driver-570-open >/dev/null && apt-get update -qq && "
+    old = apt_version("1.17.5")  # r550's container toolkit; r570 wants 1.17.5
+    hosts["h3"].sh("apt-mark unhold nvidia-driver-580-open >/dev/null && apt-get update -qq && "
                    "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --allow-downgrades "
                    f"--allow-change-held-packages nvidia-container-toolkit={old} >/dev/null",
                    timeout=120)
@@ -135,7 +135,7 @@ def test_host_drifted_by_hand_is_found(env, hosts, history, audit_matrix) -> Non
         assert set(drifted) == {"h3"}, [d.as_dict() for d in report.non_conformant]
         text = "; ".join(str(x) for x in drifted["h3"].differences)
         assert "container_toolkit" in text or "nvidia-container-toolkit" in text, text
-        assert "1.17.3" in text and "1.17.5" in text, text
+        assert "1.17.5" in text and "1.18.0" in text, text
         assert "held" in text or "hold" in text, text
         assert int(report.exit_code) == 1 and any(p.startswith("h3:") for p in report.problems())
     finally:

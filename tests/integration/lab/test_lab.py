@@ -13,8 +13,8 @@ from fleet.lab.model import PROFILES
 
 pytestmark = pytest.mark.lab
 
-GOLDEN = ("nvidia-driver-570-open", "570.133.20")
-OLD = ("nvidia-driver-550-open", "550.127.05")
+GOLDEN = ("nvidia-driver-580-open", "580.95.05")
+OLD = ("nvidia-driver-570-open", "570.133.20")
 SYSLOG = re.compile(r"^[A-Z][a-z]{2} [ 1-3][0-9] \d\d:\d\d:\d\d lab-h\d+ kernel: \[ *\d+\.\d{6}\] ")
 
 
@@ -50,14 +50,14 @@ def test_hosts_have_what_the_probe_reads(hosts) -> None:
     h = hosts["h3"]  # A100 x8
     out = h.nvml()
     assert out == {"driver": GOLDEN[1], "count": PROFILES["A100"].count}
-    assert "Kernel Module  570.133.20" in h.sh("cat /proc/driver/nvidia/version")[1]
+    assert "Kernel Module  580.95.05" in h.sh("cat /proc/driver/nvidia/version")[1]
     assert h.sh("ls /dev/nvidia0 /dev/nvidiactl /dev/nvidia-uvm")[0] == 0
     aer = h.sh("cat /sys/bus/pci/devices/0000:18:00.0/aer_dev_fatal")[1]
     assert "TOTAL_ERR_FATAL 0" in aer
     up = h.sh("readlink -f /sys/bus/pci/devices/0000:18:00.0/..")[1].strip()
     assert up.endswith("0000:17:00.0")
     log = h.sh("cat /var/log/kern.log")[1].splitlines()
-    assert any("NVRM: loading NVIDIA UNIX x86_64 Kernel Module  570.133.20" in ln for ln in log)
+    assert any("NVRM: loading NVIDIA UNIX x86_64 Kernel Module  580.95.05" in ln for ln in log)
     assert all(SYSLOG.match(ln) for ln in log)
 
 
@@ -86,8 +86,8 @@ def test_switch_branch_mismatch_until_reboot_then_rollback(hosts) -> None:
     # the package changed the library at once; the kernel module only changes at the next boot
     assert h.nvml() == {"error": "NVMLError_LibRmVersionMismatch"}
     assert "version mismatch" in h.sh("nvidia-smi", check=False)[1]
-    assert h.sh("dpkg-query -W -f='${Version}' nvidia-driver-550-open")[1] == "550.127.05-1"
-    st = h.sh("dpkg-query -W -f='${db:Status-Status}' nvidia-driver-570-open", check=False)[1]
+    assert h.sh("dpkg-query -W -f='${Version}' nvidia-driver-570-open")[1] == "570.133.20-1"
+    st = h.sh("dpkg-query -W -f='${db:Status-Status}' nvidia-driver-580-open", check=False)[1]
     assert st != "installed", "Conflicts removed the other branch"
     h.reboot_and_wait()
     assert h.nvml()["driver"] == OLD[1]

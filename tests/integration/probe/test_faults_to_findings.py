@@ -32,7 +32,7 @@ def history(lab_paths, hosts, tmp_path_factory) -> Iterator[History]:
     pin = subprocess.run(
         [sys.executable, "-m", "fleet", "--db", str(tmp_path_factory.mktemp("p") / "pin.db"),
          "apply", "-m", str(ROOT / "matrices" / "example.yaml"), "-i",
-         str(ROOT / "inventories" / "lab.py"), "-r", "r570-cuda12.8", "-l", HOST],
+         str(ROOT / "inventories" / "lab.py"), "-r", "r580-cuda13.0", "-l", HOST],
         env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert pin.returncode == 0, pin.stderr
     os.environ["FLEET_LAB_DIR"] = str(lab_paths.run)

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.lab
 ROOT = Path(__file__).resolve().parents[3]
 MATRIX = str(ROOT / "matrices" / "example.yaml")
 INVENTORY = str(ROOT / "inventories" / "lab.py")
-R570, R580, R550 = "570.133.20", "580.95.05", "550.127.05"
+R580, R595, R570 = "580.95.05", "595.58.03", "570.133.20"
 
 
 def wait_for_ssh(host, timeout: float = 30) -> None:  # noqa: ANN001 - conftest.Host
@@ -51,7 +51,7 @@ def env(lab_paths, lab_state, hosts, tmp_path_factory) -> Iterator[dict[str, str
     db = tmp_path_factory.mktemp("history") / "fleet.db"
     env = {**os.environ, "FLEET_LAB_DIR": str(lab_paths.run), "FLEET_DB": str(db),
            "FLEET_MATRIX": MATRIX, "FLEET_INVENTORY": INVENTORY, "COLUMNS": "200"}
-    rc, doc = fleet(env, "apply", "-r", "r570-cuda12.8")
+    rc, doc = fleet(env, "apply", "-r", "r580-cuda13.0")
     assert rc == 0, doc
     yield env
 
@@ -75,86 +75,86 @@ def outcomes(doc: dict) -> dict[str, str]:
 def test_apply_pins_holds_and_a_second_run_changes_nothing(env, hosts) -> None:
     hosts["h3"].sh("rm -f /etc/apt/preferences.d/fleet-nvidia.pref && "
                    "apt-mark unhold $(apt-mark showhold) >/dev/null")
-    rc, doc = fleet(env, "apply", "-r", "r570-cuda12.8", "-l", "a100")
+    rc, doc = fleet(env, "apply", "-r", "r580-cuda13.0", "-l", "a100")
     assert rc == 0, doc
     assert outcomes(doc) == {"h3": "changed"}  # unpinned by hand: pins and holds added back
     assert not doc["hosts"][0]["reboot_required"]
     held = hosts["h3"].sh("apt-mark showhold")[1].split()
-    assert "nvidia-driver-570-open" in held and "cuda-toolkit-12-8" in held
+    assert "nvidia-driver-580-open" in held and "cuda-toolkit-13-0" in held
     prefs = hosts["h3"].sh("cat /etc/apt/preferences.d/fleet-nvidia.pref")[1]
-    assert f"Pin: version {R570}-*" in prefs
-    rc, doc = fleet(env, "apply", "-r", "r570-cuda12.8", "-l", "a100")
+    assert f"Pin: version {R580}-*" in prefs
+    rc, doc = fleet(env, "apply", "-r", "r580-cuda13.0", "-l", "a100")
     assert rc == 0 and outcomes(doc) == {"h3": "unchanged"}
 
 
 def test_dry_run_shows_from_and_to_and_touches_nothing(env, hosts) -> None:
-    rc, doc = fleet(env, "apply", "-r", "r580-cuda13.0", "-l", "h100-canary", "--dry")
+    rc, doc = fleet(env, "apply", "-r", "r595-cuda13.2", "-l", "h100-canary", "--dry")
     assert rc == 0
     (h1,) = doc["hosts"]
-    assert (h1["outcome"], h1["from_release"]) == ("would_change", "r570-cuda12.8")
-    driver = {c["package"]: c for c in h1["changes"]}["nvidia-driver-580-open"]
-    assert driver["to"] == R580 and h1["reboot_required"]
-    assert hosts["h1"].nvml()["driver"] == R570
+    assert (h1["outcome"], h1["from_release"]) == ("would_change", "r580-cuda13.0")
+    driver = {c["package"]: c for c in h1["changes"]}["nvidia-driver-595-open"]
+    assert driver["to"] == R595 and h1["reboot_required"]
+    assert hosts["h1"].nvml()["driver"] == R580
 
 
 def test_canary_upgrade_reboots_verifies_then_rolls_back(env, hosts) -> None:
     boot = hosts["h1"].boot_id()
-    rc, doc = fleet(env, "apply", "-r", "r580-cuda13.0", "-l", "h100-canary")
+    rc, doc = fleet(env, "apply", "-r", "r595-cuda13.2", "-l", "h100-canary")
     assert rc == 0, doc
     (h1,) = doc["hosts"]
     assert (h1["outcome"], h1["rebooted"]) == ("changed", True), h1
     hosts["h1"].close()
     assert hosts["h1"].boot_id() != boot
-    assert hosts["h1"].nvml()["driver"] == R580
+    assert hosts["h1"].nvml()["driver"] == R595
     installed = hosts["h1"].sh("dpkg-query -W -f='${Package} ${db:Status-Abbrev}\\n' "
                                "'nvidia-*' 2>/dev/null || true")[1]
     still = {line.split()[0] for line in installed.splitlines() if line.split()[1][1] == "i"}
-    assert "nvidia-driver-580-open" in still and "nvidia-driver-570-open" not in still
-    assert "nvidia-utils-570" not in still  # the old branch's other packages went with it
+    assert "nvidia-driver-595-open" in still and "nvidia-driver-580-open" not in still
+    assert "nvidia-utils-580" not in still  # the old branch's other packages went with it
 
     rc, doc = fleet(env, "rollback", "--host", "h1", "--reason", "Xid storm on canary", "--yes")
     assert rc == 0, doc
     assert doc["sources"] == {"h1": "history"} and doc["reason"] == "Xid storm on canary"
     (h1,) = doc["hosts"]
     assert (h1["from_release"], h1["to_release"], h1["outcome"]) == (
-        "r580-cuda13.0", "r570-cuda12.8", "changed")
+        "r595-cuda13.2", "r580-cuda13.0", "changed")
     hosts["h1"].close()
-    assert hosts["h1"].nvml()["driver"] == R570
+    assert hosts["h1"].nvml()["driver"] == R580
     rc, events = fleet(env, "history", "events", "--kind", "rollback")
     assert events["events"][0]["message"] == "Xid storm on canary"
 
 
 def test_drift_by_hand_is_found_and_corrected(env, hosts) -> None:
-    fleet(env, "apply", "-r", "r570-cuda12.8", "-l", "h2")
-    hosts["h2"].sh("apt-mark unhold nvidia-driver-570-open && "
+    fleet(env, "apply", "-r", "r580-cuda13.0", "-l", "h2")
+    hosts["h2"].sh("apt-mark unhold nvidia-driver-580-open && "
                    "rm -f /etc/apt/preferences.d/fleet-nvidia.pref")
-    rc, doc = fleet(env, "apply", "-r", "r570-cuda12.8", "-l", "h2", "--dry")
+    rc, doc = fleet(env, "apply", "-r", "r580-cuda13.0", "-l", "h2", "--dry")
     assert outcomes(doc) == {"h2": "would_change"}
-    rc, doc = fleet(env, "apply", "-r", "r570-cuda12.8", "-l", "h2")
+    rc, doc = fleet(env, "apply", "-r", "r580-cuda13.0", "-l", "h2")
     assert rc == 0 and outcomes(doc) == {"h2": "changed"}
-    assert "nvidia-driver-570-open" in hosts["h2"].sh("apt-mark showhold")[1].split()
+    assert "nvidia-driver-580-open" in hosts["h2"].sh("apt-mark showhold")[1].split()
 
 
 def test_broken_package_leaves_the_host_on_its_release(env, hosts, lab_paths) -> None:
     boot = hosts["h2"].boot_id()
     lab.inject(lab_paths, "h2", ["broken-package"])
     try:
-        rc, doc = fleet(env, "apply", "-r", "r550-cuda12.4", "-l", "h2")
+        rc, doc = fleet(env, "apply", "-r", "r570-cuda12.8", "-l", "h2")
     finally:
         lab.reset(lab_paths, "h2")
     assert rc == 1
     (h2,) = doc["hosts"]
-    assert h2["outcome"] == "failed" and "restored r570-cuda12.8" in h2["error"], h2
+    assert h2["outcome"] == "failed" and "restored r580-cuda13.0" in h2["error"], h2
     assert hosts["h2"].boot_id() == boot  # a failed pin never reboots
-    assert hosts["h2"].nvml()["driver"] == R570
-    rc, doc = fleet(env, "apply", "-r", "r570-cuda12.8", "-l", "h2", "--dry")
+    assert hosts["h2"].nvml()["driver"] == R580
+    rc, doc = fleet(env, "apply", "-r", "r580-cuda13.0", "-l", "h2", "--dry")
     assert outcomes(doc) == {"h2": "unchanged"}
 
 
 def test_unreachable_host_is_reported_and_the_rest_proceed(env, lab_paths) -> None:
     lab.inject(lab_paths, "h2", ["link-down"])
     try:
-        rc, doc = fleet(env, "apply", "-r", "r570-cuda12.8", "-l", "h2", "-l", "h3")
+        rc, doc = fleet(env, "apply", "-r", "r580-cuda13.0", "-l", "h2", "-l", "h3")
     finally:
         lab.reset(lab_paths, "h2")
     assert rc == 3

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.lab
 
 ROOT = Path(__file__).resolve().parents[3]
 POOL_HOSTS = ("h2", "h5")
-R580, R570 = "580.95.05", "570.133.20"
+R595, R580 = "595.58.03", "580.95.05"
 
 
 @pytest.fixture(scope="module")
@@ -68,24 +68,24 @@ def start(env: dict[str, str], release: str) -> tuple[int, dict]:
 
 
 def test_a_good_release_goes_through_every_wave(env, hosts) -> None:
-    pin(env, "r570-cuda12.8")
-    rc, doc = start(env, "r580-cuda13.0")
+    pin(env, "r580-cuda13.0")
+    rc, doc = start(env, "r595-cuda13.2")
     assert rc == 0 and doc["status"] == "completed", doc
-    assert drivers(hosts) == dict.fromkeys(POOL_HOSTS, R580)
+    assert drivers(hosts) == dict.fromkeys(POOL_HOSTS, R595)
 
 
 def test_the_slow_release_fails_the_benchmark_gate_and_is_rolled_back(env, hosts) -> None:
-    pin(env, "r580-cuda13.0")
-    rc, doc = start(env, "r550-cuda12.4")
+    pin(env, "r595-cuda13.2")
+    rc, doc = start(env, "r570-cuda12.8")
     assert rc == 1 and doc["status"] == "rolled_back", doc
     assert "benchmark" in doc["reason"], doc["reason"]
-    assert drivers(hosts) == dict.fromkeys(POOL_HOSTS, R580)
+    assert drivers(hosts) == dict.fromkeys(POOL_HOSTS, R595)
 
 
 def test_a_killed_controller_resumes_and_finishes(env, hosts) -> None:
-    pin(env, "r570-cuda12.8")
+    pin(env, "r580-cuda13.0")
     proc = subprocess.Popen([sys.executable, "-m", "fleet", "rollout", "start", "--pool", "h100",
-                             "--release", "r580-cuda13.0"], env=env, cwd=ROOT,
+                             "--release", "r595-cuda13.2"], env=env, cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(random.Random(os.getpid()).uniform(2.0, 8.0))  # somewhere in drain..gates
     proc.send_signal(signal.SIGKILL)
@@ -100,4 +100,4 @@ def test_a_killed_controller_resumes_and_finishes(env, hosts) -> None:
     assert refused.returncode == 3 and "--force" in refused.stderr, refused.stderr
     rc, doc = fleet(env, "rollout", "resume", rid, "--force")
     assert rc == 0 and doc["status"] == "completed", doc
-    assert drivers(hosts) == dict.fromkeys(POOL_HOSTS, R580)
+    assert drivers(hosts) == dict.fromkeys(POOL_HOSTS, R595)

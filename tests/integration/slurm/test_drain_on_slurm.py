@@ -32,7 +32,7 @@ pytestmark = pytest.mark.lab
 
 ROOT = Path(__file__).resolve().parents[3]
 POOL_HOSTS = ("h2", "h5")
-R580 = "580.95.05"
+R595 = "595.58.03"
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +64,7 @@ def env(lab_paths, lab_state, hosts, slurm_conf, tmp_path) -> Iterator[dict[str,
          "SLURM_CONF": slurm_conf}
     for name in POOL_HOSTS:  # a clean start: no job, not drained
         sh(e, "scontrol", "update", f"nodename={name}", "state=resume", check=False)
-    rc, doc = fleet(e, "apply", "-r", "r570-cuda12.8", "-l", "h100")
+    rc, doc = fleet(e, "apply", "-r", "r580-cuda13.0", "-l", "h100")
     assert rc == 0, doc
     yield e
     sh(e, "scancel", "-p", "h100", check=False)
@@ -168,7 +168,7 @@ def test_a_rollout_waits_for_running_jobs_before_rebooting(env, lab_paths, hosts
     jobs = {h: sbatch(env, h, 12) for h in POOL_HOSTS}
     first = {h: boot_id(lab_paths, h) for h in POOL_HOSTS}
     with Watch(env, lab_paths, jobs) as watch:
-        rc, doc = fleet(env, "rollout", "start", "--pool", "h100", "--release", "r580-cuda13.0")
+        rc, doc = fleet(env, "rollout", "start", "--pool", "h100", "--release", "r595-cuda13.2")
     assert rc == 0 and doc["status"] == "completed", doc
     assert watch.reboots_while_running(first) == []
     for h, job in jobs.items():
@@ -177,7 +177,7 @@ def test_a_rollout_waits_for_running_jobs_before_rebooting(env, lab_paths, hosts
         assert "DRAIN" not in show_node(env, h)["State"]  # back in service
     for h in POOL_HOSTS:
         hosts[h].close()
-        assert hosts[h].nvml()["driver"] == R580
+        assert hosts[h].nvml()["driver"] == R595
 
 
 def test_jobs_outliving_the_timeout_pause_the_rollout(env, lab_paths, tmp_path) -> None:  # noqa: ANN001
@@ -185,7 +185,7 @@ def test_jobs_outliving_the_timeout_pause_the_rollout(env, lab_paths, tmp_path) 
                                                    timeout_minutes=0.1))}
     job = sbatch(env, "h2", 600)
     first = {h: boot_id(lab_paths, h) for h in POOL_HOSTS}
-    rc, doc = fleet(env, "rollout", "start", "--pool", "h100", "--release", "r580-cuda13.0")
+    rc, doc = fleet(env, "rollout", "start", "--pool", "h100", "--release", "r595-cuda13.2")
     assert rc == 3 and doc["status"] == "paused", doc
     assert job in doc["reason"] and "drain timeout" in doc["reason"], doc["reason"]
     assert job_state(env, job) == "RUNNING"  # untouched
@@ -204,7 +204,7 @@ def test_a_controller_killed_while_waiting_resumes_the_wait(env, lab_paths) -> N
     job = sbatch(env, "h2", 20)
     first = {"h2": boot_id(lab_paths, "h2")}
     proc = subprocess.Popen([sys.executable, "-m", "fleet", "rollout", "start", "--pool", "h100",
-                             "--release", "r580-cuda13.0"], env=env, cwd=ROOT,
+                             "--release", "r595-cuda13.2"], env=env, cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     rid = None
     deadline = time.monotonic() + 60
@@ -228,19 +228,19 @@ def test_a_controller_killed_while_waiting_resumes_the_wait(env, lab_paths) -> N
 
 
 def test_rollback_waits_for_jobs_or_records_no_drain(env, lab_paths) -> None:  # noqa: ANN001
-    rc, doc = fleet(env, "apply", "-r", "r580-cuda13.0", "-l", "h100")
+    rc, doc = fleet(env, "apply", "-r", "r595-cuda13.2", "-l", "h100")
     assert rc == 0, doc
     job = sbatch(env, "h5", 8)
     first = {"h5": boot_id(lab_paths, "h5")}
     with Watch(env, lab_paths, {"h5": job}) as watch:
-        rc, doc = fleet(env, "rollback", "--pool", "h100", "--to", "r570-cuda12.8", "--reason",
+        rc, doc = fleet(env, "rollback", "--pool", "h100", "--to", "r580-cuda13.0", "--reason",
                         "incident test", "--yes")
     assert rc == 0, doc
     assert watch.reboots_while_running(first) == []
     assert all(h["drained"] for h in doc["hosts"]), doc
     # --no-drain: recorded with the reason, the job is not waited for
     job = sbatch(env, "h5", 600)
-    rc, doc = fleet(env, "rollback", "--pool", "h100", "--to", "r580-cuda13.0", "--reason",
+    rc, doc = fleet(env, "rollback", "--pool", "h100", "--to", "r595-cuda13.2", "--reason",
                     "no time to wait", "--yes", "--no-drain")
     assert rc == 0, doc
     rc, ev = fleet(env, "history", "events", "--kind", "rollback.no_drain")
@@ -255,18 +255,18 @@ def test_an_admin_drain_is_never_taken_over_or_resumed(env, lab_paths, tmp_path)
     sh(env, "scontrol", "update", "nodename=h2", "state=drain", "reason=ops: RMA 4711")
     before = show_node(env, "h2")["Reason"]
     first = boot_id(lab_paths, "h2")
-    rc, doc = fleet(env, "rollout", "start", "--pool", "h100", "--release", "r580-cuda13.0")
+    rc, doc = fleet(env, "rollout", "start", "--pool", "h100", "--release", "r595-cuda13.2")
     assert rc == 0, doc
     assert boot_id(lab_paths, "h2") == first
     node = show_node(env, "h2")
     assert "DRAIN" in node["State"] and node["Reason"] == before, node
     sh(env, "scontrol", "update", "nodename=h2", "state=resume")
     # during the wait: fleet drained h5 for a job; an admin re-drains it with their reason
-    rc, doc = fleet(env, "apply", "-r", "r570-cuda12.8", "-l", "h100")
+    rc, doc = fleet(env, "apply", "-r", "r580-cuda13.0", "-l", "h100")
     assert rc == 0, doc
     job = sbatch(env, "h5", 30)
     proc = subprocess.Popen([sys.executable, "-m", "fleet", "rollout", "start", "--pool", "h100",
-                             "--release", "r580-cuda13.0", "--json"], env=env, cwd=ROOT,
+                             "--release", "r595-cuda13.2", "--json"], env=env, cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     deadline = time.monotonic() + 90
     while time_left(deadline):
@@ -300,7 +300,7 @@ def test_reboots_through_slurm_keep_the_node_drained_until_verified(env, lab_pat
     t = threading.Thread(target=sample, daemon=True)
     t.start()
     try:
-        rc, doc = fleet(env, "rollout", "start", "--pool", "h100", "--release", "r580-cuda13.0")
+        rc, doc = fleet(env, "rollout", "start", "--pool", "h100", "--release", "r595-cuda13.2")
     finally:
         stop.set()
         t.join(timeout=10)
@@ -308,7 +308,7 @@ def test_reboots_through_slurm_keep_the_node_drained_until_verified(env, lab_pat
     for h in POOL_HOSTS:
         assert boot_id(lab_paths, h) != first[h]  # rebooted by Slurm's RebootProgram
         hosts[h].close()
-        assert hosts[h].nvml()["driver"] == R580
+        assert hosts[h].nvml()["driver"] == R595
         assert "DRAIN" not in show_node(env, h)["State"]  # undrained once verified
         # from its new boot until the rollout was done with it, the node was never in service
         after = [st for host, b, st in seen if host == h and b != first[h]]

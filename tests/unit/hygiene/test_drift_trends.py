@@ -33,40 +33,40 @@ def host(pool: str = "h100", **kw) -> FakeHost:
 
 def test_conformant_golden_host() -> None:
     d = drift_of(host())
-    assert d.conformant and d.release == "r570-cuda12.8" and not d.behind_golden
+    assert d.conformant and d.release == "r580-cuda13.0" and not d.behind_golden
     assert any("unattended" in n for n in d.notes)
 
 
 def test_allowed_release_is_conformant_but_behind_golden() -> None:
-    d = drift_of(FakeHost("gpu-01", "h100", M.release("r550-cuda12.4")))
-    assert d.conformant and d.behind_golden and d.release == "r550-cuda12.4"
+    d = drift_of(FakeHost("gpu-01", "h100", M.release("r570-cuda12.8")))
+    assert d.conformant and d.behind_golden and d.release == "r570-cuda12.8"
 
 
 def test_wrong_driver() -> None:
     h = host()
     h.kmod = h.lib = "535.183.01"
-    h.package_versions = {"nvidia-driver-570-open": "535.183.01-1",
-                          "nvidia-utils-570": "535.183.01-1"}
+    h.package_versions = {"nvidia-driver-580-open": "535.183.01-1",
+                          "nvidia-utils-580": "535.183.01-1"}
     d = drift_of(h)
     assert not d.conformant and d.release is None
     texts = [str(x) for x in d.differences]
-    assert "driver: have 535.183.01, want 570.133.20 (golden r570-cuda12.8; also allowed: " \
-           "550.127.05, 580.95.05)" in texts
-    assert "driver: have 535.183.01, want 570.133.20 (nvidia-driver-570-open)" in texts
+    assert "driver: have 535.183.01, want 580.95.05 (golden r580-cuda13.0; also allowed: " \
+           "570.133.20, 595.58.03)" in texts
+    assert "driver: have 535.183.01, want 580.95.05 (nvidia-driver-580-open)" in texts
 
 
 def test_unheld_package() -> None:
     d = drift_of(host(held=False))
     assert not d.conformant
-    assert "nvidia-driver-570-open hold: have not held, want held (apt-mark hold)" in [
+    assert "nvidia-driver-580-open hold: have not held, want held (apt-mark hold)" in [
         str(x) for x in d.differences]
 
 
 def test_three_way_mismatch() -> None:
-    d = drift_of(host(kmod="550.127.05"))
+    d = drift_of(host(kmod="570.133.20"))
     assert not d.conformant
-    assert str(d.differences[0]) == ("driver (three-way): have NVML 570.133.20, kernel module "
-                                     "550.127.05, package 570.133.20, want one version (reboot "
+    assert str(d.differences[0]) == ("driver (three-way): have NVML 580.95.05, kernel module "
+                                     "570.133.20, package 580.95.05, want one version (reboot "
                                      "if the package is newer than the loaded module)")
 
 
@@ -91,7 +91,7 @@ def test_unattended_exclusion_checked_when_reported() -> None:
 
 def test_blocked_driver_is_drift() -> None:
     h = host()
-    h.kmod = h.lib = "570.124.06"
+    h.kmod = h.lib = "580.82.07"
     d = drift_of(h)
     assert any("blocked" in x.detail for x in d.differences)
 

@@ -160,7 +160,7 @@ def test_drift_fails_closed(tmp_path: Path) -> None:
     matrix, hosts, by, history = seeded(tmp_path, offenders=False)
     by["h100-01"].reachable = False
     by["h100-02"].held = False
-    by["a100-03"].kmod = "550.127.05"  # three-way mismatch: old module still loaded
+    by["a100-03"].kmod = "570.133.20"  # three-way mismatch: old module still loaded
     report = run_hygiene(FakeBackend(hosts), FakeScheduler(), history, matrix, now=NOW,
                          judge=None)
     bad = {d.host: d for d in report.non_conformant}

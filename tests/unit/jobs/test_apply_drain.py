@@ -35,7 +35,7 @@ def test_apply_waits_for_jobs_then_undrains(matrix: Matrix, tmp_path: Path) -> N
     fleet, clock, names = rig(m, tmp_path)
     sched = fleet.scheduler()
     sched.start_job(names[0], seconds=95, job_id="31")
-    target = m.release("r580-cuda13.0")
+    target = m.release("r595-cuda13.2")
     with open_history(str(tmp_path / "h.db")) as history:
         t0 = clock()
         out = pin_hosts(fleet, history, m, dict.fromkeys(names, target), now=clock,
@@ -56,7 +56,7 @@ def test_jobs_outliving_the_timeout_leave_the_host_unchanged(matrix: Matrix,
     sched.start_job(names[1], seconds=7200, job_id="88")
     before = fleet.installed_release(names[1])
     with open_history(str(tmp_path / "h.db")) as history:
-        out = pin_hosts(fleet, history, m, dict.fromkeys(names, m.release("r580-cuda13.0")),
+        out = pin_hosts(fleet, history, m, dict.fromkeys(names, m.release("r595-cuda13.2")),
                         now=clock, scheduler=sched, sleep=clock.advance, kind="rollback",
                         reason="incident 12")
     by = {r.host: r for r in out}
@@ -74,7 +74,7 @@ def test_no_drain_is_recorded_with_the_reason(matrix: Matrix, tmp_path: Path) ->
     sched = fleet.scheduler()
     with open_history(str(tmp_path / "h.db")) as history:
         out = pin_hosts(fleet, history, matrix, dict.fromkeys(names, matrix.release(
-            "r580-cuda13.0")), now=clock, scheduler=sched, drain=False, kind="rollback",
+            "r595-cuda13.2")), now=clock, scheduler=sched, drain=False, kind="rollback",
             reason="Xid 79 storm, no time", actor="oncall")
         events = [e for e in list_events(history) if e.kind == "rollback.no_drain"]
     assert all(r.outcome == "changed" for r in out)

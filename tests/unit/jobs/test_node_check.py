@@ -47,12 +47,12 @@ def gpu(i: int, **over: Any) -> dict[str, Any]:
 
 
 def facts(n_gpus: int = 2, **over: Any) -> dict[str, Any]:
-    """A healthy H100 host on the example matrix's r570-cuda12.8 release."""
+    """A healthy H100 host on the example matrix's r580-cuda13.0 release."""
     doc: dict[str, Any] = {
         "schema": 1, "source": "nvml",
         "identity": {"hostname": "h100-1", "uptime_s": 3600.0, "boot_id": "b"},
         "versions": {
-            "driver_library": "570.133.20", "driver_kernel_module": "570.133.20",
+            "driver_library": "580.95.05", "driver_kernel_module": "580.95.05",
             "kernel_module_flavor": "open", "cuda_driver_api": "12.8",
             "packages": {"manager": "dpkg", "items": []},
             "toolkits": [],
@@ -272,7 +272,7 @@ def conformant(n_gpus: int = 2) -> dict[str, Any]:
     doc = facts(n_gpus)
     doc["versions"]["packages"]["items"] = [
         {"name": p.name, "version": p.version, "held": True} for p in rel.packages("debian")]
-    doc["versions"]["toolkits"] = [{"path": "/usr/local/cuda-12.8", "version": "12.8.1"}]
+    doc["versions"]["toolkits"] = [{"path": "/usr/local/cuda-12.8", "version": "13.0.2"}]
     return doc
 
 
@@ -291,7 +291,7 @@ def test_pool_from_the_partitions_gives_the_golden_release() -> None:
 
 def test_explicit_release_and_unknown_pool() -> None:
     m = matrix()
-    other = next(rel for rel in m.releases if rel.driver.version != "570.133.20")
+    other = next(rel for rel in m.releases if rel.driver.version != "580.95.05")
     r = check_node("h100-1", matrix=m, release=other, probe=probe_of(facts()),
                    node_info=info("h100"))
     assert r.release == other.name

@@ -66,22 +66,22 @@ def test_missing_file_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
 def test_show() -> None:
     result = runner.invoke(app, ["matrix", "show", str(EXAMPLE)], env={"COLUMNS": "200"})
     assert result.exit_code == 0
-    assert "r580-cuda13.0" in result.stdout and "h100-canary" in result.stdout
+    assert "r595-cuda13.2" in result.stdout and "h100-canary" in result.stdout
     dumped = json.loads(runner.invoke(app, ["matrix", "show", str(EXAMPLE), "--json"]).stdout)
-    assert dumped["policy"]["golden"]["default"] == "r570-cuda12.8"
+    assert dumped["policy"]["golden"]["default"] == "r580-cuda13.0"
     assert dumped["pools"]["h100"]["rollout"]["waves"] == [1, 5, "20%"]
 
 
 def test_diff(tmp_path: Path) -> None:
     data = example_data()
-    data["policy"]["golden"]["default"] = "r580-cuda13.0"
+    data["policy"]["golden"]["default"] = "r595-cuda13.2"
     new = tmp_path / "new.yaml"
     new.write_text(dump(data))
     result = runner.invoke(app, ["matrix", "diff", str(EXAMPLE), str(new), "--json"])
     assert result.exit_code == 0, result.output
     pools = {p["pool"]: p for p in json.loads(result.stdout)["pools"]}
     driver = pools["a100"]["changes"][0]
-    assert driver == {"component": "driver", "old": "570.133.20", "new": "580.95.05",
+    assert driver == {"component": "driver", "old": "580.95.05", "new": "595.58.03",
                       "kind": "branch_switch", "direction": "upgrade"}
     human = runner.invoke(app, ["matrix", "diff", str(EXAMPLE), str(new)],
                           env={"COLUMNS": "200"})

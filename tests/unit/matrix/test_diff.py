@@ -14,16 +14,16 @@ def _by_component(pool_diff):  # type: ignore[no-untyped-def]
 def test_promoting_the_candidate() -> None:
     old = load(example_data()).matrix
     data = example_data()
-    data["policy"]["golden"]["default"] = "r580-cuda13.0"
+    data["policy"]["golden"]["default"] = "r595-cuda13.2"
     new = load(data).matrix
     pools = {p.pool: p for p in diff_matrices(old, new)}
     assert not pools["h100-canary"].changed
     h100 = _by_component(pools["h100"])
     assert (h100["driver"].kind, h100["driver"].direction) == ("branch_switch", "upgrade")
-    assert (h100["driver"].old, h100["driver"].new) == ("570.133.20", "580.95.05")
+    assert (h100["driver"].old, h100["driver"].new) == ("580.95.05", "595.58.03")
     assert h100["cuda"].kind == "upgrade"
     assert h100["fabric_manager"].kind == "branch_switch"
-    assert h100["kernel"].kind == "changed"
+    assert "kernel" not in h100 and "dcgm" not in h100  # same companions: only driver and CUDA
 
 
 def test_rollback_is_a_downgrade_and_companions_can_be_added_or_removed() -> None:
@@ -31,7 +31,7 @@ def test_rollback_is_a_downgrade_and_companions_can_be_added_or_removed() -> Non
     data["releases"][1]["companions"].pop("tensorrt")
     old = load(data).matrix
     data2 = example_data()
-    data2["policy"]["golden"]["default"] = "r550-cuda12.4"
+    data2["policy"]["golden"]["default"] = "r570-cuda12.8"
     new = load(data2).matrix
     a100 = _by_component({p.pool: p for p in diff_matrices(old, new)}["a100"])
     assert a100["driver"].kind == "branch_switch" and a100["driver"].direction == "downgrade"
@@ -43,8 +43,8 @@ def test_rollback_is_a_downgrade_and_companions_can_be_added_or_removed() -> Non
 def test_same_branch_patch_upgrade_and_pool_changes() -> None:
     data = example_data()
     old = load(data).matrix
-    data["releases"][1]["driver"]["version"] = "570.172.08"
-    data["releases"][1]["companions"]["fabric_manager"] = "570.172.08"
+    data["releases"][1]["driver"]["version"] = "580.105.08"
+    data["releases"][1]["companions"]["fabric_manager"] = "580.105.08"
     del data["pools"]["l40s"]
     del data["policy"]["previous"]["l40s"]
     data["pools"]["h200"] = {"gpu_model": "H200"}

@@ -21,8 +21,8 @@ from .helpers import dump, example_data
 def test_example_loads() -> None:
     loaded = load_matrix(EXAMPLE, TODAY)
     assert isinstance(loaded.matrix, Matrix)
-    assert loaded.matrix.golden_for("h100").name == "r570-cuda12.8"
-    assert loaded.matrix.golden_for("h100-canary").name == "r580-cuda13.0"
+    assert loaded.matrix.golden_for("h100").name == "r580-cuda13.0"
+    assert loaded.matrix.golden_for("h100-canary").name == "r595-cuda13.2"
     assert loaded.matrix.pools["h100"].rollout.wave_sizes(40) == [1, 5, 8, 8, 8, 8, 2]
 
 
@@ -44,7 +44,7 @@ def test_directory_and_binary(tmp_path: Path) -> None:
 def test_all_errors_reported_together() -> None:
     data = example_data()
     data["releases"][0]["cuda"] = 12.1
-    data["releases"][1]["driver"]["version"] = "570.133.20;reboot"
+    data["releases"][1]["driver"]["version"] = "580.95.05;reboot"
     data["pools"]["h100"]["rollout"]["wavez"] = [1]
     with pytest.raises(BadInput) as info:
         parse_matrix(dump(data), "m.yaml", TODAY)
@@ -55,7 +55,7 @@ def test_all_errors_reported_together() -> None:
 
 
 def test_line_numbers_point_at_the_field() -> None:
-    text = EXAMPLE.read_text().replace('cuda: "13.0.2"', "cuda: 13.0")
+    text = EXAMPLE.read_text().replace('cuda: "13.2.1"', "cuda: 13.0")
     with pytest.raises(BadInput) as info:
         parse_matrix(text, "example.yaml", TODAY)
     (problem,) = info.value.problems
@@ -65,7 +65,7 @@ def test_line_numbers_point_at_the_field() -> None:
 
 
 def test_float_trap_message() -> None:
-    text = EXAMPLE.read_text().replace('cuda: "12.8.1"', "cuda: 12.10")
+    text = EXAMPLE.read_text().replace('cuda: "13.0.2"', "cuda: 12.10")
     with pytest.raises(BadInput) as info:
         parse_matrix(text, "m.yaml")
     assert "quote it: YAML reads 12.10 as the number 12.1" in str(info.value)
@@ -107,7 +107,7 @@ def _outcome(text: str) -> None:
 
 scalars = st.one_of(
     st.none(), st.booleans(), st.integers(-5, 2000), st.floats(allow_nan=False),
-    st.text(max_size=12), st.sampled_from(["12.10", "550.54.15", "r550-cuda12.4", "H100",
+    st.text(max_size=12), st.sampled_from(["12.10", "550.54.15", "r570-cuda12.8", "H100",
                                            "20%", "open", "$(id)", "", "yes"]),
 )
 

@@ -13,9 +13,11 @@ from fleet.domain.matrix.loader import parse_matrix
 from .helpers import dump, errors, example_data, load, release, single, warnings
 
 
-def test_example_is_clean_but_for_end_of_life() -> None:
-    found = load(example_data()).warnings
-    assert found and all("reached end of life" in w.message for w in found)
+def test_example_golden_releases_are_clean_and_the_previous_one_has_ended() -> None:
+    found = load(example_data()).warnings  # on 2026-11-30
+    assert [w.field for w in found] == ["releases[0].driver.version"]
+    assert "release 'r570-cuda12.8': driver branch R570 (Production Branch) reached end of " \
+        "life in February 2026" in found[0].message
 
 
 # CUDA toolkit -> driver, Table 3 (full) and Table 2 (minor-version compatibility)
@@ -64,7 +66,7 @@ def test_duplicate_release_names() -> None:
     data["releases"].append(dict(data["releases"][0]))
     errs = errors(data)
     assert [e.field for e in errs] == ["releases[3].name"]
-    assert "duplicate release name 'r550-cuda12.4'" in errs[0].message
+    assert "duplicate release name 'r570-cuda12.8'" in errs[0].message
 
 
 @pytest.mark.parametrize(
@@ -94,7 +96,7 @@ def test_undefined_allowed_release() -> None:
 
 def test_policy_names_unknown_pool() -> None:
     data = example_data()
-    data["policy"]["previous"]["h200"] = "r550-cuda12.4"
+    data["policy"]["previous"]["h200"] = "r570-cuda12.8"
     assert [e.message for e in errors(data)] == ["pool 'h200' is not defined in pools"]
 
 
@@ -134,11 +136,12 @@ def test_unknown_gpu_model_warns() -> None:
 
 def test_blocked_driver_on_golden_is_an_error() -> None:
     data = example_data()
-    data["releases"][1]["driver"]["version"] = "570.124.06"
-    data["releases"][1]["companions"]["fabric_manager"] = "570.124.06"
+    data["releases"][1]["driver"]["version"] = "580.82.07"
+    data["releases"][1]["companions"]["fabric_manager"] = "580.82.07"
+    data["releases"][1]["cuda"] = "13.0.1"  # 13.0 Update 1 needs >= 580.82.07
     errs = errors(data)  # golden by default, and the canary's rollback target
     assert [e.field for e in errs] == ["policy.golden.default", "policy.previous.h100-canary"]
-    assert "driver 570.124.06 is blocked: Xid 31" in errs[0].message
+    assert "driver 580.82.07 is blocked: Xid 31" in errs[0].message
 
 
 def test_blocked_companion_on_allowed_is_a_warning() -> None:

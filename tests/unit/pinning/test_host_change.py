@@ -29,11 +29,11 @@ class Pkg:
     component: str
 
 
-R570 = [Pkg("nvidia-driver-570", "550.54.15", "driver"), Pkg("cuda-toolkit-12-8", "12.8.1", "cuda")]
-R580 = [Pkg("nvidia-driver-580-open", "580.82.07", "driver"),
-        Pkg("cuda-toolkit-13-0", "13.0.2", "cuda")]
-R580_OLD_CUDA = [Pkg("nvidia-driver-580-open", "580.82.07", "driver"),
-                 Pkg("cuda-toolkit-13-0", "12.8.0", "cuda")]
+R550 = [Pkg("nvidia-driver-550", "550.54.15", "driver"), Pkg("cuda-toolkit-12-4", "12.4.1", "cuda")]
+R570 = [Pkg("nvidia-driver-570-open", "570.124.06", "driver"),
+        Pkg("cuda-toolkit-12-8", "12.8.1", "cuda")]
+R570_OLD_CUDA = [Pkg("nvidia-driver-570-open", "570.124.06", "driver"),
+                 Pkg("cuda-toolkit-12-8", "12.8.0", "cuda")]
 
 
 def files_for(wanted: list[Pkg]) -> dict[str, str | None]:
@@ -46,112 +46,112 @@ def on(wanted: list[Pkg], suffix: str = "-1") -> dict[str, str]:
 
 
 def test_a_host_on_its_release_changes_nothing() -> None:
-    plan = plan_pin("debian", R580, on(R580), [w.name for w in R580], files_for(R580),
-                    loaded_module="580.82.07")
-    change = host_change(plan, R580)
+    plan = plan_pin("debian", R570, on(R570), [w.name for w in R570], files_for(R570),
+                    loaded_module="570.124.06")
+    change = host_change(plan, R570)
     assert not change.changed and change.lines() == []
     assert change.as_dict() == {"os_family": "debian", "packages": [], "holds": [], "files": [],
                                 "reboot": False, "reboot_reason": None}
 
 
 def test_fresh_host_installs_holds_writes_pins_and_reboots() -> None:
-    change = host_change(plan_pin("debian", R570, {}, [], {}), R570)
+    change = host_change(plan_pin("debian", R550, {}, [], {}), R550)
     assert [(c.package, c.before, c.after, c.kind) for c in change.packages] == [
-        ("nvidia-driver-570", None, "550.54.15", "install"),
-        ("cuda-toolkit-12-8", None, "12.8.1", "install")]
-    assert change.holds == (HoldChange("cuda-toolkit-12-8", "hold", "apt-mark", "12.8.1"),
-                            HoldChange("nvidia-driver-570", "hold", "apt-mark", "550.54.15"))
+        ("nvidia-driver-550", None, "550.54.15", "install"),
+        ("cuda-toolkit-12-4", None, "12.4.1", "install")]
+    assert change.holds == (HoldChange("cuda-toolkit-12-4", "hold", "apt-mark", "12.4.1"),
+                            HoldChange("nvidia-driver-550", "hold", "apt-mark", "550.54.15"))
     assert [(f.path, f.action) for f in change.files] == [(PREFERENCES_PATH, "create"),
                                                           (UNATTENDED_PATH, "create")]
-    assert change.reboot and change.reboot_reason == "kernel module changes with nvidia-driver-570"
-    assert change.lines()[0] == "install nvidia-driver-570 - -> 550.54.15"
-    assert "hold nvidia-driver-570 at 550.54.15 (apt-mark)" in change.lines()
+    assert change.reboot and change.reboot_reason == "kernel module changes with nvidia-driver-550"
+    assert change.lines()[0] == "install nvidia-driver-550 - -> 550.54.15"
+    assert "hold nvidia-driver-550 at 550.54.15 (apt-mark)" in change.lines()
 
 
 def test_drift_by_hand_shows_the_hold_and_the_pin_file_not_an_empty_list() -> None:
     """The case that read "would change" with nothing listed: packages right, a hold and the
     pin file removed by hand."""
-    files = files_for(R580)
+    files = files_for(R570)
     files[PREFERENCES_PATH] = None
-    plan = plan_pin("debian", R580, on(R580), ["cuda-toolkit-13-0"], files,
-                    loaded_module="580.82.07")
+    plan = plan_pin("debian", R570, on(R570), ["cuda-toolkit-12-8"], files,
+                    loaded_module="570.124.06")
     assert plan.changed and not plan.changes
-    change = host_change(plan, R580)
+    change = host_change(plan, R570)
     assert change.changed and not change.packages and not change.reboot
-    assert change.holds == (HoldChange("nvidia-driver-580-open", "hold", "apt-mark",
-                                       "580.82.07"),)
+    assert change.holds == (HoldChange("nvidia-driver-570-open", "hold", "apt-mark",
+                                       "570.124.06"),)
     assert [(f.path, f.action) for f in change.files] == [(PREFERENCES_PATH, "create")]
 
 
 def test_a_pin_file_edited_by_hand_is_replaced() -> None:
-    files = files_for(R580)
+    files = files_for(R570)
     files[UNATTENDED_PATH] = "// edited\n"
-    change = host_change(plan_pin("debian", R580, on(R580), [w.name for w in R580], files), R580)
+    change = host_change(plan_pin("debian", R570, on(R570), [w.name for w in R570], files), R570)
     assert [(f.path, f.action) for f in change.files] == [(UNATTENDED_PATH, "replace")]
 
 
 def test_branch_switch_removes_and_releases_the_old_branch() -> None:
-    installed = {**on(R570), "nvidia-utils-550": "550.54.15-1"}
-    held = ["nvidia-driver-570", "cuda-toolkit-12-8", "nvidia-utils-550"]
-    change = host_change(plan_pin("debian", R580, installed, held, files_for(R570)), R580)
+    installed = {**on(R550), "nvidia-utils-550": "550.54.15-1"}
+    held = ["nvidia-driver-550", "cuda-toolkit-12-4", "nvidia-utils-550"]
+    change = host_change(plan_pin("debian", R570, installed, held, files_for(R550)), R570)
     kinds = {c.package: (c.before, c.after, c.kind) for c in change.packages}
-    assert kinds == {"nvidia-driver-580-open": (None, "580.82.07", "install"),
-                     "cuda-toolkit-13-0": (None, "13.0.2", "install"),
-                     "nvidia-driver-570": ("550.54.15", None, "remove"),
+    assert kinds == {"nvidia-driver-570-open": (None, "570.124.06", "install"),
+                     "cuda-toolkit-12-8": (None, "12.8.1", "install"),
+                     "nvidia-driver-550": ("550.54.15", None, "remove"),
                      "nvidia-utils-550": ("550.54.15", None, "remove")}
     actions = {(h.package, h.action) for h in change.holds}
-    assert actions == {("nvidia-driver-580-open", "hold"), ("cuda-toolkit-13-0", "hold"),
-                       ("nvidia-driver-570", "unhold"), ("nvidia-utils-550", "unhold")}
-    # cuda-toolkit-12-8 is held and stays: another CUDA toolkit may live beside the release's
+    assert actions == {("nvidia-driver-570-open", "hold"), ("cuda-toolkit-12-8", "hold"),
+                       ("nvidia-driver-550", "unhold"), ("nvidia-utils-550", "unhold")}
+    # cuda-toolkit-12-4 is held and stays: another CUDA toolkit may live beside the release's
     assert {f.action for f in change.files} == {"replace"}
 
 
 def test_upgrade_and_downgrade_of_a_held_package_keep_its_apt_hold() -> None:
-    up = host_change(plan_pin("debian", R580, on(R580_OLD_CUDA), [w.name for w in R580],
-                              files_for(R580)), R580)
+    up = host_change(plan_pin("debian", R570, on(R570_OLD_CUDA), [w.name for w in R570],
+                              files_for(R570)), R570)
     assert [(c.package, c.before, c.after, c.kind) for c in up.packages] == [
-        ("cuda-toolkit-13-0", "12.8.0", "13.0.2", "upgrade")]
+        ("cuda-toolkit-12-8", "12.8.0", "12.8.1", "upgrade")]
     assert up.holds == () and not up.reboot
-    down = host_change(plan_pin("debian", R580_OLD_CUDA, on(R580), [w.name for w in R580],
-                                files_for(R580_OLD_CUDA)), R580_OLD_CUDA)
+    down = host_change(plan_pin("debian", R570_OLD_CUDA, on(R570), [w.name for w in R570],
+                                files_for(R570_OLD_CUDA)), R570_OLD_CUDA)
     assert [c.kind for c in down.packages] == ["downgrade"]
 
 
 def test_dnf_relocks_a_locked_package_that_moves() -> None:
-    change = host_change(plan_pin("rhel", R580, on(R580_OLD_CUDA, "-1.el9"),
-                                  ["cuda-toolkit-13-0"], {}), R580)
+    change = host_change(plan_pin("rhel", R570, on(R570_OLD_CUDA, "-1.el9"),
+                                  ["cuda-toolkit-12-8"], {}), R570)
     assert change.holds == (
-        HoldChange("cuda-toolkit-13-0", "relock", "dnf versionlock", "13.0.2"),
-        HoldChange("nvidia-driver-580-open", "hold", "dnf versionlock", "580.82.07"))
+        HoldChange("cuda-toolkit-12-8", "relock", "dnf versionlock", "12.8.1"),
+        HoldChange("nvidia-driver-570-open", "hold", "dnf versionlock", "570.124.06"))
     assert change.files == ()  # no pin files on the RHEL family: version locks only
 
 
 def test_a_reboot_still_owed_says_which_module_is_loaded() -> None:
-    plan = plan_pin("debian", R580, on(R580), [w.name for w in R580], files_for(R580),
+    plan = plan_pin("debian", R570, on(R570), [w.name for w in R570], files_for(R570),
                     loaded_module="550.54.15")
-    change = host_change(plan, R580)
+    change = host_change(plan, R570)
     assert change.changed and change.lines() == [
-        "reboot (kernel module 550.54.15 is loaded, the release's driver is 580.82.07)"]
+        "reboot (kernel module 550.54.15 is loaded, the release's driver is 570.124.06)"]
 
 
 def test_json_keys_are_stable() -> None:
-    doc = host_change(plan_pin("rhel", R570, {"nvidia-driver-570": "550.40.07-1.el9"},
-                               ["nvidia-driver-570"], {}), R570).as_dict()
+    doc = host_change(plan_pin("rhel", R550, {"nvidia-driver-550": "550.40.07-1.el9"},
+                               ["nvidia-driver-550"], {}), R550).as_dict()
     assert set(doc) == {"os_family", "packages", "holds", "files", "reboot", "reboot_reason"}
-    assert doc["packages"][0] == {"component": "driver", "package": "nvidia-driver-570",
+    assert doc["packages"][0] == {"component": "driver", "package": "nvidia-driver-550",
                                   "from": "550.40.07", "to": "550.54.15", "kind": "upgrade"}
     assert set(doc["holds"][0]) == {"package", "action", "tool", "version"}
 
 
 # ------------------------------------------------------------------ every combination
 UNIVERSE = {
-    "nvidia-driver-570": ["550.54.15-1", "550.40.07-1"],
-    "nvidia-driver-580-open": ["580.82.07-1", "570.86.10-1"],
+    "nvidia-driver-550": ["550.54.15-1", "550.40.07-1"],
+    "nvidia-driver-570-open": ["570.124.06-1", "570.86.10-1"],
     "nvidia-utils-550": ["550.54.15-1"],
-    "cuda-toolkit-12-8": ["12.8.1-1", "12.4.0-1"],
-    "cuda-toolkit-13-0": ["13.0.2-1", "12.8.0-1"],
+    "cuda-toolkit-12-4": ["12.4.1-1", "12.4.0-1"],
+    "cuda-toolkit-12-8": ["12.8.1-1", "12.8.0-1"],
 }
-RELEASES = [R570, R580, R580_OLD_CUDA]
+RELEASES = [R550, R570, R570_OLD_CUDA]
 
 
 @st.composite
@@ -168,7 +168,7 @@ def worlds(draw: st.DrawFn) -> tuple:
     files = files_for(pins) if pins is not None else {}
     if draw(st.booleans()) and files:
         files[PREFERENCES_PATH] = None
-    loaded = draw(st.sampled_from([None, "550.54.15", "580.82.07"]))
+    loaded = draw(st.sampled_from([None, "550.54.15", "570.124.06"]))
     return family, wanted, installed, held, files, loaded
 
 

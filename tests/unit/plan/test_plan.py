@@ -21,9 +21,9 @@ def test_example_matrix_canary_first_and_serial_waves(matrix: Matrix) -> None:
     plan = plan_rollout(matrix, fleet.hosts(), releases=fleet.releases_by_host())
     assert [p.pool for p in plan.pools] == ["h100-canary", "h100", "l40s"]
     canary, h100, l40s = plan.pools
-    assert canary.canary and canary.release == "r580-cuda13.0"
+    assert canary.canary and canary.release == "r595-cuda13.2"
     assert [len(w.hosts) for w in canary.waves] == [1, 1, 1]  # waves [1, 2] capped by budget 1
-    assert h100.release == "r570-cuda12.8" and h100.max_unavailable == 12
+    assert h100.release == "r580-cuda13.0" and h100.max_unavailable == 12
     assert [len(w.hosts) for w in h100.waves] == [1, 5] + [12] * 9 + [6]  # 20% = 24, cap 12
     assert l40s.max_unavailable == 8
     assert [len(w.hosts) for w in l40s.waves] == [2, 8, 8, 8, 8, 6]  # 50% = 20, cap 8
@@ -45,7 +45,7 @@ def test_skips_and_budget(matrix: Matrix) -> None:
     names = [r.name for r in refs]
     plan = plan_rollout(
         matrix, refs,
-        releases={names[0]: "r570-cuda12.8", names[1]: "r550-cuda12.4"},
+        releases={names[0]: "r580-cuda13.0", names[1]: "r570-cuda12.8"},
         admin={names[2]: AdminState("drained", "ops: PSU", False),
                names[3]: AdminState("drained", "fleet: wave 3", True),
                names[4]: AdminState("down", "Not responding")},
@@ -55,7 +55,7 @@ def test_skips_and_budget(matrix: Matrix) -> None:
     p = plan.pool("h100")
     assert p.max_unavailable == 3  # 10% of 30
     assert {h: why for h, why in p.skipped.items() if not why.startswith("blocked")} == {
-        names[0]: "already on r570-cuda12.8",
+        names[0]: "already on r580-cuda13.0",
         names[2]: "drained by someone else: ops: PSU",
         names[4]: "down (Not responding)",
         names[5]: "quarantined: ECC trend",
@@ -108,8 +108,8 @@ def test_unknown_pool_gets_defaults_and_pool_filter(matrix: Matrix) -> None:
 
 
 def test_targets_override(matrix: Matrix) -> None:
-    plan = plan_rollout(matrix, _refs("a100", 3), targets={"a100": "r580-cuda13.0"})
-    assert plan.pool("a100").release == "r580-cuda13.0"
+    plan = plan_rollout(matrix, _refs("a100", 3), targets={"a100": "r595-cuda13.2"})
+    assert plan.pool("a100").release == "r595-cuda13.2"
 
 
 def test_json_round_trip(matrix: Matrix) -> None:

@@ -27,7 +27,7 @@ def test_plan_sim_json(fleet_cli) -> None:  # type: ignore[no-untyped-def]
 def test_plan_human_output_and_pool_filter(fleet_cli) -> None:  # type: ignore[no-untyped-def]
     r = fleet_cli("rollout", "plan", "-m", MATRIX, "--sim", "100", "--pool", "l40s")
     assert r.returncode == 0, r.stderr
-    assert "l40s -> r570-cuda12.8" in r.stderr and "wave 1: 2 host(s)" in r.stderr
+    assert "l40s -> r580-cuda13.0" in r.stderr and "wave 1: 2 host(s)" in r.stderr
     assert "h100-canary" not in r.stderr
 
 
@@ -65,7 +65,7 @@ def test_plan_inventory_with_history(fleet_cli, tmp_path: Path) -> None:  # type
     db = tmp_path / "fleet.db"
     now = datetime(2025, 6, 1, tzinfo=UTC)
     with open_history(str(db)) as history:
-        add_snapshot(history, "gpu-h3", taken_at=now, source="nvml", release="r570-cuda12.8")
+        add_snapshot(history, "gpu-h3", taken_at=now, source="nvml", release="r580-cuda13.0")
         add_snapshot(history, "gpu-h5", taken_at=now, source="none", reachable=False)
         open_quarantine(history, "gpu-h2", reason="ECC trend", opened_by="test", at=now)
     r = fleet_cli("--db", str(db), "rollout", "plan", "-m", MATRIX, "-i", str(inv), "--json")
@@ -80,7 +80,7 @@ def test_plan_inventory_with_history(fleet_cli, tmp_path: Path) -> None:  # type
     assert list(pools) == ["h100-canary", "h100"]
     h100 = pools["h100"]
     assert h100["skipped"] == {"gpu-h2": "quarantined: ECC trend",
-                               "gpu-h3": "already on r570-cuda12.8", "gpu-h5": "unreachable"}
+                               "gpu-h3": "already on r580-cuda13.0", "gpu-h5": "unreachable"}
     assert h100["waves"][0]["hosts"] == ["gpu-h1"] and h100["waves"][0]["units"] == ["rack1"]
     assert any("rack1" in n for n in h100["notes"])
     # without a history nothing is known: every host moves

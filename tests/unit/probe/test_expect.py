@@ -30,13 +30,13 @@ def matrix() -> Matrix:
 def test_golden_of_a_pool_override(matrix: Matrix) -> None:
     exp = expectations_for(matrix, "h100-canary")
     assert exp.release == ReleaseExpectation(
-        name="r580-cuda13.0",
-        driver_version="580.95.05",
-        cuda_version="13.0.2",
+        name="r595-cuda13.2",
+        driver_version="595.58.03",
+        cuda_version="13.2.1",
         packages_held=(
-            "nvidia-driver-580-open",
-            "cuda-toolkit-13-0",
-            "nvidia-fabricmanager-580",
+            "nvidia-driver-595-open",
+            "cuda-toolkit-13-2",
+            "nvidia-fabricmanager-595",
             "datacenter-gpu-manager",
             "nvidia-container-toolkit",
             "cudnn9-cuda-13",
@@ -49,9 +49,9 @@ def test_golden_of_a_pool_override(matrix: Matrix) -> None:
 
 def test_allowed_are_the_other_accepted_releases(matrix: Matrix) -> None:
     exp = expectations_for(matrix, "h100")
-    assert exp.release is not None and exp.release.name == "r570-cuda12.8"
+    assert exp.release is not None and exp.release.name == "r580-cuda13.0"
     # allowed_releases(): every pool's golden plus policy.allowed, minus this pool's golden.
-    assert [r.name for r in exp.allowed] == ["r550-cuda12.4", "r580-cuda13.0"]
+    assert [r.name for r in exp.allowed] == ["r570-cuda12.8", "r595-cuda13.2"]
     assert exp.release.name not in {r.name for r in exp.allowed}
 
 
@@ -59,15 +59,15 @@ def test_explicit_driver_packages_are_held(matrix: Matrix) -> None:
     exp = expectations_for(matrix, "a100")
     assert exp.release is not None
     assert exp.release.packages_held[:3] == (
-        "nvidia-driver-570-open",
-        "nvidia-utils-570",
-        "cuda-toolkit-12-8",
+        "nvidia-driver-580-open",
+        "nvidia-utils-580",
+        "cuda-toolkit-13-0",
     )
 
 
 def test_rhel_package_names(matrix: Matrix) -> None:
-    rel = release_expectation(matrix.release("r550-cuda12.4"), "rhel")
-    assert rel.packages_held[:3] == ("nvidia-driver", "cuda-toolkit-12-4", "nvidia-fabric-manager")
+    rel = release_expectation(matrix.release("r570-cuda12.8"), "rhel")
+    assert rel.packages_held[:3] == ("nvidia-driver", "cuda-toolkit-12-8", "nvidia-fabric-manager")
 
 
 def test_arguments_override_pool_settings(matrix: Matrix) -> None:
@@ -129,16 +129,16 @@ def test_host_on_golden_with_held_packages_conforms(matrix: Matrix) -> None:
 
 
 def test_host_on_allowed_release_conforms(matrix: Matrix) -> None:
-    rel = release_expectation(matrix.release("r550-cuda12.4"))
+    rel = release_expectation(matrix.release("r570-cuda12.8"))
     assert _conformance(matrix, _host(rel)) == []
 
 
 def test_unheld_golden_package_warns(matrix: Matrix) -> None:
     rel = expectations_for(matrix, "h100").release
     assert rel is not None
-    out = _conformance(matrix, _host(rel, unheld="nvidia-utils-570"))
+    out = _conformance(matrix, _host(rel, unheld="nvidia-utils-580"))
     assert out == [
-        ("warn", "package nvidia-utils-570 is not held: an unattended upgrade can replace it")
+        ("warn", "package nvidia-utils-580 is not held: an unattended upgrade can replace it")
     ]
 
 

@@ -78,11 +78,11 @@ def test_sigkill_then_resume(tmp_path: Path, k: int) -> None:
 def test_cli_exit_codes_and_reports(tmp_path: Path) -> None:
     db = tmp_path / "h.db"
     slow = run(db, "start", "-m", MATRIX, "--sim", "80", "--pool", "h100-canary",
-               "--sim-slow", "r580-cuda13.0=0.8", "--json")
+               "--sim-slow", "r595-cuda13.2=0.8", "--json")
     assert slow.returncode == 1, slow.stderr[-2000:]
     assert json.loads(slow.stdout)["status"] == "rolled_back"
     paused = run(db, "start", "-m", MATRIX, "--sim", "80", "--pool", "h100-canary",
-                 "--sim-slow", "r580-cuda13.0=0.96", "--json")
+                 "--sim-slow", "r595-cuda13.2=0.96", "--json")
     assert paused.returncode == 3
     rid = json.loads(paused.stdout)["rollout_id"]
     again = run(db, "start", "-m", MATRIX, "--sim", "80", "--pool", "h100-canary")

@@ -61,7 +61,7 @@ def _run_crashed(matrix: Matrix, tmp: Path, k: int, **build: Any) -> tuple[Rig, 
 SCENARIOS = {
     "pass": {},
     "health-fail": {"faults": None},  # filled in per fleet below
-    "slow": {"release_perf": {"r580-cuda13.0": 0.8}},
+    "slow": {"release_perf": {"r595-cuda13.2": 0.8}},
 }
 
 
@@ -69,7 +69,7 @@ SCENARIOS = {
 def test_crash_anywhere_then_resume(matrix: Matrix, tmp_path: Path, scenario: str) -> None:
     build: dict[str, Any] = {}
     if scenario == "slow":
-        build["release_perf"] = {"r580-cuda13.0": 0.8}
+        build["release_perf"] = {"r595-cuda13.2": 0.8}
     if scenario == "health-fail":
         from fleet.sim import HostFaults
 

@@ -14,8 +14,8 @@ from fleet.history.models import Wave
 from fleet.history.rollouts import LockHeld
 from tests.unit.rollout.helpers import Rig
 
-CANARY_TARGET = "r580-cuda13.0"
-H100_TARGET = "r570-cuda12.8"
+CANARY_TARGET = "r595-cuda13.2"
+H100_TARGET = "r580-cuda13.0"
 
 
 def test_passes_through_every_wave(matrix: Matrix, tmp_path: Path) -> None:
@@ -61,8 +61,8 @@ def test_canary_health_failure_rolls_back(matrix: Matrix, tmp_path: Path) -> Non
     steps = {s.host: s for s in rig.steps(res.rollout_id)}
     assert steps[first].state == "rolled_back"
     assert steps[first].detail["failed_at"] == "verify"
-    assert rig.fleet.installed_release(first) == "r570-cuda12.8"  # its release before
-    assert rig.fleet.loaded_release(first) == "r570-cuda12.8"
+    assert rig.fleet.installed_release(first) == "r580-cuda13.0"  # its release before
+    assert rig.fleet.loaded_release(first) == "r580-cuda13.0"
     # nothing after the canary's first wave moved
     assert all(s.state == "planned" for s in steps.values() if s.host != first)
     assert rig.problems(res.rollout_id) == []
@@ -78,7 +78,7 @@ def test_slow_release_fails_the_judge_and_rolls_back(matrix: Matrix, tmp_path: P
     assert gate["verdict"] == "fail"
     moved = [s for s in rig.steps(res.rollout_id) if s.state != "planned"]
     assert [s.state for s in moved] == ["rolled_back"]
-    assert rig.fleet.installed_release(moved[0].host) == "r570-cuda12.8"
+    assert rig.fleet.installed_release(moved[0].host) == "r580-cuda13.0"
     assert rig.problems(res.rollout_id) == []
 
 
@@ -90,7 +90,7 @@ def test_rollback_scope_all_puts_back_earlier_waves(matrix: Matrix, tmp_path: Pa
     assert res.status == "rolled_back"
     states = {s.host: s.state for s in rig.steps(res.rollout_id)}
     assert set(states.values()) == {"rolled_back"}
-    assert all(rig.fleet.installed_release(h) == "r570-cuda12.8" for h in hosts)
+    assert all(rig.fleet.installed_release(h) == "r580-cuda13.0" for h in hosts)
     assert rig.problems(res.rollout_id) == []
 
 
@@ -122,7 +122,7 @@ def test_inconclusive_then_abort_rolls_back(matrix: Matrix, tmp_path: Path) -> N
     assert res.status == "paused"
     res = rig.engine().abort(res.rollout_id, reason="not worth it")
     assert res.status == "aborted"
-    assert all(rig.fleet.installed_release(h.name) == "r570-cuda12.8"
+    assert all(rig.fleet.installed_release(h.name) == "r580-cuda13.0"
                for h in rig.fleet.hosts())
     assert rig.problems(res.rollout_id) == []
 
@@ -164,7 +164,7 @@ def test_failure_budget_per_wave(matrix: Matrix, tmp_path: Path) -> None:
     states = {s.host: s for s in rig.steps(res.rollout_id)}
     assert states[hosts[1]].state == "failed"
     assert states[hosts[1]].detail["failed_at"] == "apply"
-    assert rig.fleet.installed_release(hosts[1]) == "r550-cuda12.4"
+    assert rig.fleet.installed_release(hosts[1]) == "r570-cuda12.8"
     assert rig.problems(res.rollout_id) == []
 
     (tmp_path / "b").mkdir()
@@ -176,7 +176,7 @@ def test_failure_budget_per_wave(matrix: Matrix, tmp_path: Path) -> None:
     assert "per-wave budget" in res2.reason
     assert rig2.problems(res2.rollout_id) == []
     assert rig2.fleet.installed_release(hosts[0]) == H100_TARGET  # wave 1 passed: it stays
-    assert all(rig2.fleet.installed_release(h) == "r550-cuda12.4" for h in hosts[1:])
+    assert all(rig2.fleet.installed_release(h) == "r570-cuda12.8" for h in hosts[1:])
 
 
 def test_unreachable_counts_as_failed(matrix: Matrix, tmp_path: Path) -> None:
@@ -239,7 +239,7 @@ def test_never_undrains_a_host_someone_else_drained(matrix: Matrix, tmp_path: Pa
     steps = {s.host: s for s in rig.steps(res.rollout_id)}
     assert hosts[0] not in steps
     assert steps[hosts[-1]].state == "skipped"
-    assert rig.fleet.installed_release(hosts[-1]) == "r550-cuda12.4"
+    assert rig.fleet.installed_release(hosts[-1]) == "r570-cuda12.8"
 
 
 def test_second_start_refused_while_running(matrix: Matrix, tmp_path: Path) -> None:
@@ -307,7 +307,7 @@ def test_unknown_pool_or_release_is_refused_before_anything(matrix: Matrix,
         rig.start(pools=["h100", "nosuch"])
     with pytest.raises(BadInput, match="pool 'l40s' has no host"):
         rig.start(pools=["l40s"])
-    with pytest.raises(BadInput, match="no release 'r999'.*releases: r550"):
+    with pytest.raises(BadInput, match="no release 'r999'.*releases: r570"):
         rig.start(pools=["h100"], release="r999")
     assert list_rollouts(rig.history) == []
     assert all(rig.fleet.scheduler().state(h.name).state == "available"

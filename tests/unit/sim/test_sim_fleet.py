@@ -70,30 +70,30 @@ def test_healthy_host_passes_every_check(matrix: Matrix) -> None:
 def test_starts_on_previous_release_and_upgrades(matrix: Matrix) -> None:
     fleet = SimFleet.build(matrix, 40, seed=2)
     h = "h100-00001"
-    assert fleet.installed_release(h) == "r550-cuda12.4"  # policy.previous of h100
-    target = matrix.release("r570-cuda12.8")
+    assert fleet.installed_release(h) == "r570-cuda12.8"  # policy.previous of h100
+    target = matrix.release("r580-cuda13.0")
     plan = fleet.plan([h], target)[h].value
     assert plan is not None and plan.changed and plan.reboot_required
     res = fleet.apply([h], target)[h]
     assert res.ok and res.changed and res.seconds == Latency().apply
-    assert fleet.installed_release(h) == "r570-cuda12.8"
-    assert fleet.loaded_release(h) == "r550-cuda12.4"
+    assert fleet.installed_release(h) == "r580-cuda13.0"
+    assert fleet.loaded_release(h) == "r570-cuda12.8"
     # three ways to read the driver: packages new, /proc old, NVML refuses (version mismatch)
     facts = fleet.probe([h])[h].value
     assert facts is not None
-    assert facts.versions.driver_kernel_module == "550.127.05"
+    assert facts.versions.driver_kernel_module == "570.133.20"
     assert facts.versions.driver_library is None
     assert "driver_library_mismatch" in facts.versions.unreadable["driver_library"] or \
         "mismatch" in json.dumps(facts.source_errors)
     assert facts.versions.packages is not None
-    assert facts.versions.packages.get("nvidia-driver-570-open") is not None
+    assert facts.versions.packages.get("nvidia-driver-580-open") is not None
     assert "driver.agreement" in _fails(_checks(matrix, fleet, h))
     bench = fleet.benchmark([h], "synthetic")[h]
     assert not bench.ok and "mismatch" in (bench.error or "")
     assert fleet.reboot([h])[h].ok
     facts = fleet.probe([h])[h].value
     assert facts is not None
-    assert facts.versions.driver_library == facts.versions.driver_kernel_module == "570.133.20"
+    assert facts.versions.driver_library == facts.versions.driver_kernel_module == "580.95.05"
     assert facts.identity is not None and facts.identity.uptime_s == 0
     assert not _checks(matrix, fleet, h)
     # idempotent: a second apply changes nothing
@@ -105,9 +105,9 @@ def test_starts_on_previous_release_and_upgrades(matrix: Matrix) -> None:
 def test_rollback_to_previous_release(matrix: Matrix) -> None:
     fleet = SimFleet.build(matrix, 40, seed=2)
     h = "a100-00002"
+    _upgrade(fleet, matrix, h, "r580-cuda13.0")
     _upgrade(fleet, matrix, h, "r570-cuda12.8")
-    _upgrade(fleet, matrix, h, "r550-cuda12.4")
-    assert fleet.installed_release(h) == fleet.loaded_release(h) == "r550-cuda12.4"
+    assert fleet.installed_release(h) == fleet.loaded_release(h) == "r570-cuda12.8"
     assert not _checks(matrix, fleet, h)
 
 
@@ -117,7 +117,7 @@ def test_same_seed_same_everything(matrix: Matrix) -> None:
             "apply_fail": 0.05, "xid_after_upgrade": 0.05, "slow": 0.05, "ecc_rising": 0.05,
             "unreachable": 0.02, "reboot_hangs": 0.02, "drained": 0.02})
         names = [r.name for r in fleet.hosts()][::7]
-        rel = matrix.release("r570-cuda12.8")
+        rel = matrix.release("r580-cuda13.0")
         applied = {h: (r.ok, r.changed) for h, r in fleet.apply(names, rel).items()}
         rebooted = {h: r.ok for h, r in fleet.reboot(names).items()}
         probes = {h: r.value.to_json_dict() if r.value else r.error
@@ -155,9 +155,9 @@ def test_scale_10000_hosts_probe_100_fast(matrix: Matrix) -> None:
 
 
 def test_benchmark_samples_and_perf_model(matrix: Matrix) -> None:
-    fleet = SimFleet.build(matrix, 40, seed=2, release_perf={"r570-cuda12.8": 0.75})
+    fleet = SimFleet.build(matrix, 40, seed=2, release_perf={"r580-cuda13.0": 0.75})
     h1, h2 = "h100-00001", "h100-00002"
-    _upgrade(fleet, matrix, h2, "r570-cuda12.8")
+    _upgrade(fleet, matrix, h2, "r580-cuda13.0")
     syn = fleet.benchmark([h1, h2], "synthetic", {"samples": 60})
     rep = fleet.benchmark([h1, h2], "replay")
     assert set(syn[h1].value or {}) == {"tflops", "latency_ms", "errors"}
@@ -180,17 +180,17 @@ def test_benchmark_samples_and_perf_model(matrix: Matrix) -> None:
 def test_fault_apply_failure_keeps_the_old_release(matrix: Matrix) -> None:
     fleet = SimFleet.build(matrix, 40, seed=2, faults={"h100-00003": HostFaults(apply_fail=True)})
     h = "h100-00003"
-    r = fleet.apply([h], matrix.release("r570-cuda12.8"))[h]
+    r = fleet.apply([h], matrix.release("r580-cuda13.0"))[h]
     assert not r.ok and r.reachable and "dpkg returned an error" in (r.error or "")
     assert r.value is not None and r.value.changed  # the plan it tried
-    assert fleet.installed_release(h) == "r550-cuda12.4"
+    assert fleet.installed_release(h) == "r570-cuda12.8"
     assert not _checks(matrix, fleet, h)
 
 
 def test_fault_unreachable(matrix: Matrix) -> None:
     fleet = SimFleet.build(matrix, 40, seed=2)
     fleet.inject("a100-00001", unreachable=True)
-    rel = matrix.release("r570-cuda12.8")
+    rel = matrix.release("r580-cuda13.0")
     for call in (lambda h: fleet.probe(h), lambda h: fleet.plan(h, rel),
                  lambda h: fleet.apply(h, rel), lambda h: fleet.reboot(h),
                  lambda h: fleet.benchmark(h, "synthetic")):
@@ -206,7 +206,7 @@ def test_fault_xid_after_upgrade(matrix: Matrix, xid: int) -> None:
     h = "h100-00004"
     fleet.inject(h, xid_after_upgrade=(xid,))
     assert not _checks(matrix, fleet, h)  # nothing before the upgrade
-    _upgrade(fleet, matrix, h, "r570-cuda12.8")
+    _upgrade(fleet, matrix, h, "r580-cuda13.0")
     facts = fleet.probe([h])[h].value
     assert facts is not None
     assert [e.xid for e in facts.events() if e.kind == "xid"] == [xid]
@@ -225,7 +225,7 @@ def test_fault_xid_after_upgrade(matrix: Matrix, xid: int) -> None:
     again = fleet.probe([h], since={h: cursor})[h].value
     assert again is not None and again.events() == []
     # rolling back heals it
-    _upgrade(fleet, matrix, h, "r550-cuda12.4")
+    _upgrade(fleet, matrix, h, "r570-cuda12.8")
     assert not _checks(matrix, fleet, h)
 
 
@@ -233,7 +233,7 @@ def test_fault_slow_release_on_one_host(matrix: Matrix) -> None:
     fleet = SimFleet.build(matrix, 40, seed=2, faults={"a100-00005": HostFaults(slow_factor=0.75)})
     h = "a100-00005"
     assert fleet.perf_factor(h) == 1.0
-    _upgrade(fleet, matrix, h, "r570-cuda12.8")
+    _upgrade(fleet, matrix, h, "r580-cuda13.0")
     assert fleet.perf_factor(h) == 0.75
     before = fleet.benchmark(["a100-00006"], "synthetic")["a100-00006"].value or {}
     after = fleet.benchmark([h], "synthetic")[h].value or {}
@@ -258,7 +258,7 @@ def test_fault_reboot_never_returns(matrix: Matrix) -> None:
     fleet = SimFleet.build(matrix, 40, seed=2)
     h = "h100-00006"
     fleet.inject(h, reboot_hangs=True)
-    assert fleet.apply([h], matrix.release("r570-cuda12.8"))[h].ok
+    assert fleet.apply([h], matrix.release("r580-cuda13.0"))[h].ok
     r = fleet.reboot([h])[h]
     assert not r.ok and not r.reachable and "did not come back" in (r.error or "")
     assert not fleet.probe([h])[h].reachable
@@ -289,7 +289,7 @@ def test_clock_is_logical(matrix: Matrix) -> None:
     clock = SimClock()
     fleet = SimFleet.build(matrix, 10, seed=2, clock=clock)
     h = "h100-00001"
-    _upgrade(fleet, matrix, h, "r570-cuda12.8")
+    _upgrade(fleet, matrix, h, "r580-cuda13.0")
     clock.advance(3600)
     facts = fleet.probe([h])[h].value
     assert facts is not None and facts.identity is not None
@@ -303,14 +303,14 @@ def test_spec(matrix: Matrix, tmp_path: Any) -> None:
 seed: 9
 pools:
   h100-canary: {hosts: 2}
-  h100: {hosts: 8, unit_size: 4, release: r550-cuda12.4}
+  h100: {hosts: 8, unit_size: 4, release: r570-cuda12.8}
   lab: {hosts: 2, gpu_model: L40S}
 faults:
   h100-00002: {apply_fail: true}
   h100-00003: {xid_after_upgrade: [79]}
 drained:
   h100-00008: "ops: PSU swap"
-release_perf: {r580-cuda13.0: 0.75}
+release_perf: {r595-cuda13.2: 0.75}
 """)
     fleet = SimFleet.from_spec(SimSpec.load(spec), matrix)
     refs = fleet.hosts()
@@ -318,7 +318,7 @@ release_perf: {r580-cuda13.0: 0.75}
     assert {r.unit for r in refs if r.pool == "h100"} == {"h100-u0001", "h100-u0002"}
     assert fleet.faults("h100-00002").apply_fail
     assert fleet.faults("h100-00003").xid_after_upgrade == (79,)
-    assert fleet.release_perf == {"r580-cuda13.0": 0.75}
+    assert fleet.release_perf == {"r595-cuda13.2": 0.75}
     st = fleet.scheduler().state("h100-00008")
     assert (st.state, st.reason, st.by_fleet) == ("drained", "ops: PSU swap", False)
     assert fleet.installed_release("lab-00001") == matrix.golden_name("lab")
