@@ -40,8 +40,10 @@ def collect_script(seconds: int, nonce: str, metrics_url: str | None = None) -> 
         "trap 'rm -rf \"$t\"' EXIT",
         "sec nvidia-smi-q.xml; nvidia-smi -q -x 2>&1; rc $?",
         "sec topo.txt; nvidia-smi topo -m 2>&1; rc $?",
-        "sec kernel.log; { dmesg 2>/dev/null || journalctl -k -b --no-pager 2>/dev/null; }"
-        " | tail -n 20000; rc $?",
+        # the probe's order (fleet.probe.hostprobe.read_kernel_log): the journal of this boot,
+        # else the syslog file, else the ring buffer
+        "sec kernel.log; { journalctl -k -b --no-pager 2>/dev/null || cat /var/log/kern.log "
+        "2>/dev/null || dmesg 2>/dev/null; } | tail -n 20000; rc $?",
         "sec meminfo; cat /proc/meminfo; rc $?",
         "cat /proc/stat > \"$t/stat\"",
         f"{{ nvidia-smi dmon -s pucm -c {n} > \"$t/dmon\" 2>&1; echo $? > \"$t/dmon.rc\"; }} &",

@@ -19,7 +19,7 @@ from fleet.domain.diagnose.parse_host import (
 )
 from fleet.domain.diagnose.parse_smi import parse_smi_text, parse_smi_xml
 from fleet.domain.diagnose.parse_streams import parse_dmon, parse_pmon, parse_topo
-from fleet.probe.hostprobe import parse_kernel_log
+from fleet.probe.hostprobe import current_boot, parse_kernel_log
 
 # file name -> the command that produces it (docs/diagnose.md and the collector use these).
 BUNDLE_FILES: dict[str, str] = {
@@ -28,7 +28,7 @@ BUNDLE_FILES: dict[str, str] = {
     "dmon.txt": "nvidia-smi dmon -s pucm -c N",
     "pmon.txt": "nvidia-smi pmon -s um -c N",
     "topo.txt": "nvidia-smi topo -m",
-    "kernel.log": "dmesg (or journalctl -k)",
+    "kernel.log": "journalctl -k -b, else /var/log/kern.log, else dmesg",
     "meminfo": "cat /proc/meminfo",
     "loadavg": "cat /proc/loadavg",
     "stat": "cat /proc/stat; sleep N; cat /proc/stat",
@@ -65,8 +65,13 @@ def evidence(files: Mapping[str, str], where: str = "") -> Evidence:
     if "topo.txt" in files:
         ev.topo = parse_topo(files["topo.txt"], at("topo.txt"))
     if "kernel.log" in files:
-        ev.kernel_text = files["kernel.log"]
-        ev.kernel_events = parse_kernel_log(files["kernel.log"])
+        # a syslog file keeps every boot: judge this boot only (the probe does the same);
+        # event line numbers stay those of the file
+        text = files["kernel.log"]
+        ev.kernel_text = current_boot(text.encode()).decode()
+        skipped = text[: len(text) - len(ev.kernel_text)].count("\n")
+        ev.kernel_events = [{**e, "line": e["line"] + skipped}
+                            for e in parse_kernel_log(ev.kernel_text)]
     if "meminfo" in files:
         ev.meminfo = parse_meminfo(files["meminfo"], at("meminfo"))
     if "loadavg" in files:

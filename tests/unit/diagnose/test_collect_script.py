@@ -30,7 +30,7 @@ def _run(tmp_path: Path, smi: str, metrics: str | None = None) -> dict[str, str]
     b.mkdir()
     h = BUNDLES / "healthy"
     _stand_in(b, "nvidia-smi", smi.replace("@H", str(h)).replace("@X", str(REAL_XML)))
-    _stand_in(b, "dmesg", f"cat {h}/kernel.log\n")
+    _stand_in(b, "journalctl", f"cat {h}/kernel.log\n")
     if metrics:
         _stand_in(b, "curl", f"cat {BUNDLES}/queueing/metrics.txt\n")
     script = collect_script(1, "abc123", metrics).replace(

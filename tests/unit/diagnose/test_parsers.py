@@ -185,3 +185,15 @@ def test_empty_bundle_could_not_judge() -> None:
     d = diagnose(evidence({}))
     assert d.verdict == "could_not_judge" and not d.findings
     assert all(a.status == "could_not_judge" for a in d.answers)
+
+
+def test_kernel_log_file_judged_for_this_boot_only() -> None:
+    boot = "Nov 30 10:00:00 h1 kernel: [    0.000000] Linux version 6.1.0-18-amd64\n"
+    xid = ("Nov 30 10:05:00 h1 kernel: [  300.1] NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>',"
+           " name=<unknown>, GPU has fallen off the bus.\n")
+    old = boot + xid
+    d = diagnose(evidence({"kernel.log": old + boot}))
+    assert not d.findings
+    d = diagnose(evidence({"kernel.log": old + boot + xid}))
+    f = next(f for f in d.findings if f.cls == "hardware")
+    assert f.evidence["lines"] == [4]
