@@ -74,6 +74,14 @@ def up_cmd(
             help="Slurm HealthCheckInterval in seconds (runs `fleet node-check` in each host).",
         ),
     ] = 10,
+    os_spec: Annotated[
+        str,
+        typer.Option(
+            "--os",
+            help="Host flavor: debian (apt), el9 (every host: dnf, rpm, Rocky Linux 9) or el9:N "
+            "(the last N hosts el9, the rest debian).",
+        ),
+    ] = "debian",
     json_out: JsonFlag = False,
 ) -> None:
     """Build (cached) and start the lab; writes the state read by inventories/lab.py."""
@@ -93,6 +101,7 @@ def up_cmd(
         model_server=model_server,
         slurm=slurm,
         health_check_interval=health_check_interval,
+        el9=lab.parse_os(os_spec, hosts),
     )
     paths = LabPaths.from_env()
     with Progress(
@@ -111,6 +120,7 @@ def up_cmd(
     if json_out:
         emit_json({"up": True, "mode": state.mode, "release": state.release,
                    "hosts": [h.name for h in state.hosts], "run_dir": str(paths.run),
+                   "os": {h.name: h.os for h in state.hosts},
                    "inventory": "inventories/lab.py", "slurm_conf": state.slurm_conf})
         return
     console.print(

@@ -61,6 +61,19 @@ class BaseRecipe:
         return hashlib.sha256(blob).hexdigest()[:12]
 
 
+# el9 hosts: Debian's own dnf 4, its versionlock plugin (in dnf-plugins-core) and rpm, over the
+# same userland; /etc/os-release then says Rocky Linux 9 (`fleet.lab.rpmrepo.OS_RELEASE`).
+EL9_PACKAGES = ("dnf", "dnf-plugins-core", "rpm")
+
+
+def recipe_for(os_name: str) -> BaseRecipe:
+    """The base of a host flavor: `debian` (the default) or `el9` (a second cached base)."""
+    plain = BaseRecipe()
+    if os_name == "el9":
+        return BaseRecipe(packages=plain.packages + EL9_PACKAGES)
+    return plain
+
+
 Progress = Callable[[str], None]
 
 

@@ -135,6 +135,53 @@ def write_layer(paths: LabPaths, base: Path, repo_url: str) -> None:
     L.chmod(0o755)
 
 
+EL9_HIDDEN = tuple(f"usr/bin/{t}" for t in (
+    "dpkg", "dpkg-query", "dpkg-deb", "dpkg-divert", "dpkg-trigger", "apt", "apt-get", "apt-mark",
+    "apt-cache", "apt-config"))
+
+
+def el9_layer(paths: LabPaths) -> Path:
+    """The el9 hosts' shared layer: the lab layer's files plus Rocky 9 identity and dnf setup."""
+    return paths.run / "layer-el9"
+
+
+def write_el9_layer(paths: LabPaths, rpm_url: str) -> Path:
+    """Copy the finished lab layer (before any deb is installed into it) and make it EL9:
+    /etc/os-release of Rocky Linux 9, the lab's RPM repository in /etc/yum.repos.d, no apt
+    source, and `$releasever` 9 for dnf (Debian's dnf finds no system-release package)."""
+    from fleet.lab.rpmrepo import OS_RELEASE, repo_file
+
+    L = el9_layer(paths)
+    if L.exists():
+        shutil.rmtree(L)
+    run(["cp", "-a", paths.layer, L])  # cp, not copytree: the layer holds device nodes
+    (L / "etc/apt/sources.list.d/fleet-lab.list").unlink(missing_ok=True)
+    (L / "etc/os-release").write_text(OS_RELEASE)
+    (L / "usr/lib/os-release").parent.mkdir(parents=True, exist_ok=True)
+    (L / "usr/lib/os-release").write_text(OS_RELEASE)
+    (L / "etc/yum.repos.d").mkdir(parents=True, exist_ok=True)
+    (L / "etc/yum.repos.d/fleet-lab.repo").write_text(repo_file(rpm_url))
+    (L / "etc/dnf/vars").mkdir(parents=True, exist_ok=True)
+    (L / "etc/dnf/vars/releasever").write_text("9\n")
+    # Debian's dnf-plugins-core turns on the `local` plugin, whose _dnf_local repository has
+    # gpgcheck on and no key: every transaction would fail on it
+    (L / "etc/dnf/plugins").mkdir(parents=True, exist_ok=True)
+    (L / "etc/dnf/plugins/local.conf").write_text("[main]\nenabled=0\n")
+    # an EL host has no dpkg or apt: whiteouts (0/0 character devices) hide the Debian base's
+    # tools from the el9 hosts, so nothing on them can take the Debian path by finding dpkg
+    for tool in EL9_HIDDEN:
+        node = L / tool
+        node.parent.mkdir(parents=True, exist_ok=True)
+        node.unlink(missing_ok=True)
+        os.mknod(node, 0o600 | stat.S_IFCHR, os.makedev(0, 0))
+    L.chmod(0o755)
+    return L
+
+
+def host_layer(paths: LabPaths, host: HostSpec) -> Path:
+    return el9_layer(paths) if host.os == "el9" else paths.layer
+
+
 def state_lines(host: HostSpec) -> list[str]:
     prof = PROFILES[host.gpu_model]
     lines = [f"# fleet lab host {host.name}: {prof.count} x {prof.model}", *prof.state_lines()]
@@ -186,7 +233,8 @@ def _pci_links(root: Path, host: HostSpec) -> None:
 
 
 def create_host(paths: LabPaths, host: HostSpec, base: Path) -> str:
-    """Mount the host's overlay and give it identity; returns its known_hosts line."""
+    """Mount the host's overlay (over its flavor's layer and `base`, the flavor's base) and give
+    it identity; returns its known_hosts line."""
     d = paths.host_dir(host.name)
     for sub in ("upper", "work", "root", "boot"):
         (d / sub).mkdir(parents=True, exist_ok=True)
@@ -199,7 +247,8 @@ def create_host(paths: LabPaths, host: HostSpec, base: Path) -> str:
                 "overlay",
                 "overlay",
                 "-o",
-                f"lowerdir={paths.layer}:{base},upperdir={d / 'upper'},workdir={d / 'work'}",
+                f"lowerdir={host_layer(paths, host)}:{base},upperdir={d / 'upper'},"
+                f"workdir={d / 'work'}",
                 root,
             ]
         )

@@ -19,10 +19,10 @@ from typing import Any
 
 from fleet.errors import BadInput, CouldNotComplete
 from fleet.lab import faults as F
-from fleet.lab import hostfleet, nvml_build, repo
+from fleet.lab import hostfleet, nvml_build, repo, rpmrepo
 from fleet.lab import hosts as H
 from fleet.lab import slurm as S
-from fleet.lab.base import BaseRecipe, ensure_base
+from fleet.lab.base import BaseRecipe, ensure_base, recipe_for
 from fleet.lab.model import BRIDGE, BRIDGE_ADDR, REPO_PORT, LabState, Mode, plan_hosts
 from fleet.lab.paths import LabPaths
 from fleet.lab.sysutil import (
@@ -52,6 +52,23 @@ class UpConfig:
     timeout: float = 60.0
     slurm: bool = False  # slurmctld + munged here, one slurmd per host (netns mode only)
     health_check_interval: int = S.DEFAULT_HEALTH_INTERVAL
+    el9: int = 0  # how many hosts (the last ones) are el9 hosts: dnf + rpm, Rocky Linux 9
+
+
+def parse_os(spec: str, hosts: int) -> int:
+    """`--os debian`, `--os el9` (every host) or `--os el9:N` (the last N hosts): the el9 count."""
+    name, _, count = spec.partition(":")
+    if name == "debian" and not count:
+        return 0
+    if name == "el9":
+        if not count:
+            return hosts
+        if count.isdigit() and 1 <= int(count) <= hosts:
+            return int(count)
+    raise BadInput.single(
+        f"--os {spec!r}: expected debian, el9 (every host) or el9:N with N in 1..{hosts}",
+        field="--os",
+    )
 
 
 def load_releases(path: Path) -> tuple[list[Any], str, dict[str, tuple[str | None, bool]]]:
@@ -113,13 +130,23 @@ def up(paths: LabPaths, cfg: UpConfig, progress: Progress = _quiet) -> LabState:
         H.check_subnet()
     if cfg.slurm:
         S.check_port()
-    hosts = plan_hosts(cfg.hosts, cfg.mode, pools)
+    if cfg.el9 and (missing := [t for t in ("rpmbuild", "createrepo_c")
+                                if shutil.which(t) is None]):
+        raise BadInput.single(
+            f"--os el9 needs {' and '.join(missing)} here (Debian packages rpm, createrepo-c)",
+            field="--os",
+        )
+    hosts = plan_hosts(cfg.hosts, cfg.mode, pools, cfg.el9)
     steps = 7 if cfg.slurm else 6
     t0 = time.monotonic()
     try:
         progress("base rootfs", 0, steps)
         recipe = BaseRecipe()
         base = ensure_base(paths, recipe, progress=lambda m: progress(m, 0, steps))
+        bases = {"debian": base}
+        if cfg.el9:
+            bases["el9"] = ensure_base(paths, recipe_for("el9"),
+                                       progress=lambda m: progress(m, 0, steps))
         for d in (paths.run, paths.ssh, paths.logs):
             d.mkdir(parents=True, exist_ok=True)
         progress("fake NVML and apt repository", 1, steps)
@@ -128,6 +155,9 @@ def up(paths: LabPaths, cfg: UpConfig, progress: Progress = _quiet) -> LabState:
         repo.build_repo(pkgs, paths.repo)
         addr = BRIDGE_ADDR if cfg.mode == "netns" else "127.0.0.1"
         repo_url = f"http://{addr}:{REPO_PORT}/"
+        rpms = rpmrepo.plan_rpms(releases, cfg.perf, lib.read_bytes()) if cfg.el9 else []
+        if rpms:
+            rpmrepo.build_rpm_repo(rpms, paths.repo / rpmrepo.DIST)
         if not paths.client_key.exists():
             run(
                 [
@@ -147,6 +177,9 @@ def up(paths: LabPaths, cfg: UpConfig, progress: Progress = _quiet) -> LabState:
         H.write_layer(paths, base, repo_url)
         conf = S.configure(paths, hosts, cfg.health_check_interval) if cfg.slurm else None
         S.write_layer(paths, conf)
+        if cfg.el9:  # a copy of the layer before the debs go in, made EL9
+            H.write_el9_layer(paths, f"{repo_url}{rpmrepo.DIST}/")
+            _install_release_el9(paths, bases["el9"], release, releases)
         _install_release(paths, base, pkgs, release, releases)
         atomic_write(paths.host_init, H.HOST_INIT, 0o755)
         progress(f"network ({cfg.mode})", 3, steps)
@@ -156,7 +189,7 @@ def up(paths: LabPaths, cfg: UpConfig, progress: Progress = _quiet) -> LabState:
                 H.setup_host_net(h)
         progress(f"{len(hosts)} hosts", 4, steps)
         with ThreadPoolExecutor(max_workers=8) as ex:
-            lines = list(ex.map(lambda h: H.create_host(paths, h, base), hosts))
+            lines = list(ex.map(lambda h: H.create_host(paths, h, bases[h.os]), hosts))
         atomic_write(paths.known_hosts, "".join(lines))
         state = LabState(
             mode=cfg.mode,
@@ -233,6 +266,33 @@ def _install_release(
             shutil.copy(d, tmp / d.name)
         run(["chroot", build, "dpkg", "-i", *[f"/tmp/fleet-lab-debs/{d.name}" for d in debs]])
         shutil.rmtree(tmp)
+    finally:
+        run(["umount", build], check=False)
+        shutil.rmtree(work, ignore_errors=True)
+        build.rmdir()
+
+
+def _install_release_el9(paths: LabPaths, base: Path, release: str, releases: list[Any]) -> None:
+    """Pre-install the initial release into the el9 layer with dnf in a chroot, from a copy of
+    the lab's RPM repository (the HTTP server is not up yet): the rpm database is dnf's."""
+    specs = [rpmrepo.SYSTEM_PACKAGE]
+    if release != "none":
+        rel = next(r for r in releases if r.name == release)
+        specs += [f"{s.name}-{s.version}" for s in rel.packages("rhel")]
+    build, work = paths.run / "layer-el9-build", paths.run / "layer-el9-work"
+    build.mkdir(exist_ok=True)
+    work.mkdir(exist_ok=True)
+    layer = H.el9_layer(paths)
+    run(["mount", "-t", "overlay", "overlay", "-o",
+         f"lowerdir={base},upperdir={layer},workdir={work}", build])
+    try:
+        seed = build / "tmp/fleet-lab-rpms"
+        shutil.copytree(paths.repo / rpmrepo.DIST, seed)
+        run(["chroot", build, "dnf", "-y", "-q", "--disablerepo=*",
+             "--repofrompath=seed,file:///tmp/fleet-lab-rpms", "--setopt=seed.gpgcheck=0",
+             "install", *specs])
+        run(["chroot", build, "dnf", "-q", "clean", "all"], check=False)
+        shutil.rmtree(seed)
     finally:
         run(["umount", build], check=False)
         shutil.rmtree(work, ignore_errors=True)
@@ -419,6 +479,7 @@ def status(paths: LabPaths) -> dict[str, Any]:
                 "gpu_model": h.gpu_model,
                 "gpu_count": h.gpu_count,
                 "unit": h.unit,
+                "os": h.os,
                 "ssh": ssh_banner(h.address, h.port, 0.5) if daemon else False,
                 "boot_id": info.get("boot_id"),
                 "module_loaded": info.get("module"),

@@ -136,6 +136,7 @@ class HostSpec:
     netns: str | None = None
     veth: str | None = None
     wave: str = ""  # lab rehearsal group: canary, wave1, wave2, ...
+    os: str = "debian"  # host flavor: "debian" (apt, dpkg) or "el9" (dnf, rpm; Rocky Linux 9)
 
     @property
     def hostname(self) -> str:
@@ -173,11 +174,15 @@ def matrix_pool(model: str, pools: Mapping[str, tuple[str | None, bool]],
 
 
 def plan_hosts(n: int, mode: Mode,
-               pools: Mapping[str, tuple[str | None, bool]] | None = None) -> list[HostSpec]:
+               pools: Mapping[str, tuple[str | None, bool]] | None = None,
+               el9: int = 0) -> list[HostSpec]:
     """Hosts with a GPU mix, a rehearsal wave, and the matrix pool of their GPU model (the
-    wave name when the matrix has no pool for the model)."""
+    wave name when the matrix has no pool for the model). The last `el9` hosts are el9 hosts
+    (dnf and rpm), so a mixed lab keeps its Debian canary."""
     if not 1 <= n <= MAX_HOSTS:
         raise ValueError(f"host count must be 1..{MAX_HOSTS}")
+    if not 0 <= el9 <= n:
+        raise ValueError(f"el9 host count must be 0..{n}")
     waves = pools_for(n)
     taken: set[str] = set()
     hosts = []
@@ -196,6 +201,7 @@ def plan_hosts(n: int, mode: Mode,
                 unit=f"rack{(i - 1) // 4 + 1}",
                 netns=f"fleet-h{i}" if mode == "netns" else None,
                 veth=f"fleetv{i}" if mode == "netns" else None,
+                os="el9" if i > n - el9 else "debian",
             )
         )
         taken.add(hosts[-1].pool)
