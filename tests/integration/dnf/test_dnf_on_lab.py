@@ -1,0 +1,161 @@
+"""fleet's dnf path for real: two el9 lab hosts (real dnf 4, rpm and versionlock over SSH).
+
+The module brings up its own loopback lab in its own run directory (never the session lab's
+netns bridge), from tests/integration/dnf/matrix.yaml, with no driver installed: the first
+apply installs one. Run it under `flock /tmp/fleet-lab.lock` like every lab test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fleet.lab import lab
+from fleet.lab.paths import LabPaths
+from fleet.lab.sysutil import missing_tools
+from tests.integration.conftest import Host
+
+pytestmark = pytest.mark.lab
+
+ROOT = Path(__file__).resolve().parents[3]
+MATRIX = Path(__file__).with_name("matrix.yaml")
+RUN_DIR = Path(os.environ.get("FLEET_LAB_EL9_TEST_DIR", "/run/fleet-lab-el9-test"))
+R570, R580, R595 = "570.133.20", "580.95.05", "595.58.03"
+
+
+@pytest.fixture(scope="module")
+def el9(tmp_path_factory) -> Iterator[tuple[LabPaths, dict[str, Host], dict[str, str]]]:
+    if os.geteuid() != 0:
+        pytest.skip("the lab needs root (CI runs it as root: bash scripts/test)")
+    missing = missing_tools() + [t for t in ("rpmbuild", "createrepo_c")
+                                 if shutil.which(t) is None]
+    if missing:
+        pytest.skip("the el9 lab needs: " + " ".join(missing) + " (Debian: rpm, createrepo-c)")
+    paths = LabPaths(cache=LabPaths.from_env().cache, run=RUN_DIR)
+    lab.down(paths)
+    try:
+        state = lab.up(paths, lab.UpConfig(hosts=2, matrix=MATRIX, release="none",
+                                           mode="loopback", model_server=False, el9=2))
+        hosts = {h.name: Host(paths, h) for h in state.hosts}
+        db = tmp_path_factory.mktemp("history") / "fleet.db"
+        env = {**os.environ, "FLEET_LAB_DIR": str(paths.run), "FLEET_DB": str(db),
+               "FLEET_MATRIX": str(MATRIX), "FLEET_INVENTORY": str(ROOT / "inventories/lab.py"),
+               "COLUMNS": "200"}
+        yield paths, hosts, env
+        for h in hosts.values():
+            h.close()
+    finally:
+        left = lab.down(paths)
+        assert not left, f"teardown left {left}"
+
+
+def fleet(env: dict[str, str], *args: str) -> tuple[int, dict]:
+    r = subprocess.run([sys.executable, "-m", "fleet", *args, "--json"], env=env,
+                       capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert "Traceback" not in r.stderr, r.stderr
+    try:
+        return r.returncode, json.loads(r.stdout)
+    except json.JSONDecodeError:
+        raise AssertionError(f"exit {r.returncode}, no JSON: {r.stdout}\n{r.stderr}") from None
+
+
+def rpm_versions(host: Host) -> dict[str, str]:
+    out = host.sh("rpm -qa --qf '%{NAME} %{EPOCHNUM}:%{VERSION}\\n' 'nvidia-*' 'cuda-*' "
+                  "'datacenter-gpu-manager*'")[1]
+    return dict(line.split() for line in out.splitlines())
+
+
+def locks(host: Host) -> set[str]:
+    return set(host.sh("dnf -q versionlock list")[1].split())
+
+
+def one(doc: dict) -> dict:
+    (h,) = doc["hosts"]
+    return h
+
+
+def test_el9_host_is_an_el_host_with_dnf_and_no_driver(el9) -> None:
+    _, hosts, _ = el9
+    h1 = hosts["h1"]
+    osr = h1.sh("cat /etc/os-release")[1]
+    assert 'ID="rocky"' in osr and 'PLATFORM_ID="platform:el9"' in osr
+    assert h1.sh("command -v dpkg-query apt-get", check=False)[0] != 0  # no Debian tooling
+    assert "fleet-lab-cuda-rhel9" in h1.sh("dnf -q repolist")[1]
+    assert rpm_versions(h1) == {} and "error" in h1.nvml()
+
+
+def test_pin_reboots_locks_and_a_second_run_changes_nothing(el9) -> None:
+    _, hosts, env = el9
+    rc, doc = fleet(env, "apply", "-r", "r580-cuda13.0")
+    assert rc == 0, doc
+    assert {h["host"]: (h["outcome"], h["rebooted"]) for h in doc["hosts"]} == {
+        "h1": ("changed", True), "h2": ("changed", True)}
+    for h in hosts.values():
+        h.close()
+        assert h.nvml()["driver"] == R580
+        assert rpm_versions(h) == {"nvidia-driver": f"3:{R580}", "cuda-toolkit-13-0": "0:13.0.2",
+                                   "datacenter-gpu-manager": "1:4.4.1"}
+        assert locks(h) == {f"nvidia-driver-3:{R580}-1.el9.*", "cuda-toolkit-13-0-0:13.0.2-1.el9.*",
+                            "datacenter-gpu-manager-1:4.4.1-1.el9.*"}
+    rc, doc = fleet(env, "apply", "-r", "r580-cuda13.0")
+    assert rc == 0 and {h["outcome"] for h in doc["hosts"]} == {"unchanged"}, doc
+
+
+def test_versionlock_holds_the_driver_against_a_manual_upgrade(el9) -> None:
+    _, hosts, _ = el9
+    h2 = hosts["h2"]
+    offered = h2.sh("dnf -q repoquery --disableexcludes=all --qf '%{version}' nvidia-driver")[1]
+    assert R595 in offered.split()  # a newer driver sits in the repository
+    h2.sh("dnf -y upgrade")
+    assert rpm_versions(h2)["nvidia-driver"] == f"3:{R580}"
+    rc, _, err = h2.sh(f"dnf -y install nvidia-driver-{R595}", check=False)
+    assert rc != 0 and rpm_versions(h2)["nvidia-driver"] == f"3:{R580}", err
+
+
+def test_upgrade_reboots_into_the_new_driver_and_rollback_returns(el9) -> None:
+    _, hosts, env = el9
+    h1 = hosts["h1"]
+    boot = h1.boot_id()
+    rc, doc = fleet(env, "apply", "-r", "r595-cuda13.2", "-l", "h1")
+    assert rc == 0, doc
+    assert (one(doc)["outcome"], one(doc)["rebooted"]) == ("changed", True), doc
+    h1.close()
+    assert h1.boot_id() != boot and h1.nvml()["driver"] == R595
+    have = rpm_versions(h1)
+    assert have["nvidia-driver"] == f"3:{R595}" and have["cuda-toolkit-13-2"] == "0:13.2.1"
+    assert f"nvidia-driver-3:{R595}-1.el9.*" in locks(h1)
+    rc, doc = fleet(env, "rollback", "--host", "h1", "--reason", "el9 canary regression", "--yes")
+    assert rc == 0, doc
+    h = one(doc)
+    assert (h["from_release"], h["to_release"], h["outcome"]) == (
+        "r595-cuda13.2", "r580-cuda13.0", "changed"), h
+    h1.close()
+    assert h1.nvml()["driver"] == R580
+    assert rpm_versions(h1)["nvidia-driver"] == f"3:{R580}"
+    assert f"nvidia-driver-3:{R580}-1.el9.*" in locks(h1)
+
+
+def test_failed_transaction_leaves_the_old_release_locked(el9) -> None:
+    paths, hosts, env = el9
+    h2 = hosts["h2"]
+    boot = h2.boot_id()
+    lab.inject(paths, "h2", ["broken-package"])
+    try:
+        rc, doc = fleet(env, "apply", "-r", "r570-cuda12.8", "-l", "h2")
+    finally:
+        lab.reset(paths, "h2")
+    h = one(doc)
+    assert rc == 1 and h["outcome"] == "failed", doc
+    assert "restored r580-cuda13.0" in h["error"], h
+    assert h2.boot_id() == boot and h2.nvml()["driver"] == R580
+    assert rpm_versions(h2)["nvidia-driver"] == f"3:{R580}"
+    assert f"nvidia-driver-3:{R580}-1.el9.*" in locks(h2)
+    rc, doc = fleet(env, "apply", "-r", "r580-cuda13.0", "-l", "h2", "--dry")
+    assert rc == 0 and one(doc)["outcome"] == "unchanged", doc
