@@ -208,8 +208,17 @@ def blocked_components(matrix: Matrix, release: Release) -> list[str]:
         f"{block.component} {block.version} is blocked: {block.reason}"
         for block in matrix.policy.blocked
         if (used := versions.get(block.component)) is not None
-        and compare(used, block.version) == 0
+        and _same_version(used, block.version)
     ]
+
+
+def _same_version(a: str, b: str) -> bool:
+    """Numeric equality where both are dotted numbers ("4.1" == "4.1.0"), else exact text:
+    companion versions may carry letters ("1.17.3-rc1"), which `compare` refuses."""
+    try:
+        return compare(a, b) == 0
+    except ValueError:
+        return a == b
 
 
 def gpu_architecture(matrix: Matrix, today: date | None) -> list[Problem]:

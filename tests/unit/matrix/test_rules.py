@@ -198,3 +198,12 @@ def test_shipped_tables_keep_their_sources() -> None:
     data = nvidia_data.load()
     assert data.branch("580.95.05").designation == "LTSB"  # type: ignore[union-attr]
     assert data.branch("535").eol == "2026-06"  # type: ignore[union-attr]
+
+
+def test_a_companion_version_with_letters_is_compared_as_text() -> None:
+    data = example_data()  # found by test_random_edits_of_the_source_never_crash: no crash
+    data["releases"][1]["companions"]["dcgm"] = "4.a1.1"
+    assert [e for e in errors(data) if "blocked" in e.message] == []
+    data["policy"]["blocked"][1]["version"] = "4.a1.1"
+    assert [e.field for e in errors(data) if "blocked" in e.message] == [
+        "policy.golden.default", "policy.previous.h100-canary"]
