@@ -83,23 +83,28 @@ class HostChange:
     files: tuple[FileChange, ...] = ()
     reboot: bool = False
     reboot_reason: str | None = None
+    # steps of the plan that are none of the above (say, enabling a dnf module stream), by
+    # their description: a dry run lists every step it would take
+    other: tuple[str, ...] = ()
 
     @property
     def changed(self) -> bool:
-        return bool(self.packages or self.holds or self.files or self.reboot)
+        return bool(self.packages or self.holds or self.files or self.reboot or self.other)
 
     def as_dict(self) -> dict[str, Any]:
         return {"os_family": self.os_family,
                 "packages": [package_dict(c) for c in self.packages],
                 "holds": [h.as_dict() for h in self.holds],
                 "files": [f.as_dict() for f in self.files],
-                "reboot": self.reboot, "reboot_reason": self.reboot_reason}
+                "reboot": self.reboot, "reboot_reason": self.reboot_reason,
+                "other_steps": list(self.other)}
 
     def lines(self) -> list[str]:
         """One line per change, packages first, then holds, files and the reboot."""
         out = [package_line(c) for c in self.packages]
         out += [str(h) for h in self.holds]
         out += [str(f) for f in self.files]
+        out += list(self.other)
         if self.reboot:
             out.append(f"reboot ({self.reboot_reason})" if self.reboot_reason else "reboot")
         return out
@@ -136,11 +141,19 @@ def reboot_reason(plan: PinPlan, wanted: Sequence[WantedPackage]) -> str | None:
             f"{', '.join(drivers)}")
 
 
+# Commands whose effect the package, hold and file lists above already say.
+_SAID = ("apt-mark ", "apt-get update", "DEBIAN_FRONTEND=noninteractive apt-get install ",
+         "dnf versionlock ", "dnf -y install ", "dnf -y downgrade ", "dnf -y reinstall ",
+         "dnf -y remove ")
+
+
 def host_change(plan: PinPlan, wanted: Sequence[WantedPackage]) -> HostChange:
     """What running `plan` (made for `wanted`) would change on its host."""
     files = tuple(FileChange(s.path, "replace" if plan.files.get(s.path) is not None
                              else "create", s.description)
                   for s in plan.steps if s.path is not None)
+    other = tuple(s.description for s in plan.steps
+                  if s.path is None and not (s.command or "").startswith(_SAID))
     return HostChange(plan.os_family, plan.changes,
                       tuple(hold_changes(plan.os_family, wanted, plan.changes, plan.held)),
-                      files, plan.reboot_required, reboot_reason(plan, wanted))
+                      files, plan.reboot_required, reboot_reason(plan, wanted), other)

@@ -63,6 +63,7 @@ class HostApply:
             "holds": change["holds"] if change else [],
             "pin_files": change["files"] if change else [],
             "reboot_reason": change["reboot_reason"] if change else None,
+            "other_steps": change["other_steps"] if change else [],
             "drain_through": self.drain_through,
             "reboot_required": self.reboot_required, "rebooted": self.rebooted,
             "drained": self.drained, "left_drained": self.left_drained,

@@ -51,7 +51,7 @@ def test_a_host_on_its_release_changes_nothing() -> None:
     change = host_change(plan, R570)
     assert not change.changed and change.lines() == []
     assert change.as_dict() == {"os_family": "debian", "packages": [], "holds": [], "files": [],
-                                "reboot": False, "reboot_reason": None}
+                                "reboot": False, "reboot_reason": None, "other_steps": []}
 
 
 def test_fresh_host_installs_holds_writes_pins_and_reboots() -> None:
@@ -137,7 +137,8 @@ def test_a_reboot_still_owed_says_which_module_is_loaded() -> None:
 def test_json_keys_are_stable() -> None:
     doc = host_change(plan_pin("rhel", R550, {"nvidia-driver-550": "550.40.07-1.el9"},
                                ["nvidia-driver-550"], {}), R550).as_dict()
-    assert set(doc) == {"os_family", "packages", "holds", "files", "reboot", "reboot_reason"}
+    assert set(doc) == {"os_family", "packages", "holds", "files", "reboot", "reboot_reason",
+                        "other_steps"}
     assert doc["packages"][0] == {"component": "driver", "package": "nvidia-driver-550",
                                   "from": "550.40.07", "to": "550.54.15", "kind": "upgrade"}
     assert set(doc["holds"][0]) == {"package", "action", "tool", "version"}
@@ -204,3 +205,19 @@ def test_dry_run_is_empty_exactly_when_the_plan_is_and_says_every_hold(world: tu
     assert {w.name for w in wanted} <= _held_after(plan, set(held))
     # every file it writes is a step of the plan, every file step is listed
     assert {f.path for f in change.files} == {s.path for s in plan.steps if s.path}
+    assert change.other == ()  # apt and dnf pins: every step is said as a package/hold/file
+
+
+def test_a_step_of_no_known_kind_is_listed_by_its_description() -> None:
+    """A plan step the lists above do not cover (a dnf module stream, say) is still shown."""
+    from dataclasses import replace
+
+    from fleet.domain.pinning import Step
+
+    plan = plan_pin("rhel", R570, on(R570, "-1.el9"), [w.name for w in R570], {})
+    assert not plan.changed
+    plan = replace(plan, steps=(Step("enable the release's stream 570-open",
+                                     "dnf -y module enable nvidia-driver:570-open"),))
+    change = host_change(plan, R570)
+    assert change.changed and change.lines() == ["enable the release's stream 570-open"]
+    assert change.as_dict()["other_steps"] == ["enable the release's stream 570-open"]
