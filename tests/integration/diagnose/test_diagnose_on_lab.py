@@ -52,14 +52,16 @@ def fleet(lab_paths, *argv: str) -> tuple[int, dict]:  # noqa: ANN001
     return p.returncode, json.loads(p.stdout)
 
 
-def live_and_bundle(lab_paths, tmp_path: Path) -> tuple[dict, dict]:  # noqa: ANN001
-    """(live diagnosis, diagnosis of a collected bundle), each checked against its exit code."""
+def live_and_bundle(lab_paths, tmp_path: Path, gpu: bool = True) -> tuple[dict, dict]:  # noqa: ANN001
+    """(live diagnosis, diagnosis of a collected bundle), each checked against its exit code;
+    `gpu`: nvidia-smi works, so its dmon, pmon and topo captures are in the bundle."""
     rc_live, live = fleet(lab_paths, "diagnose", HOST, "-i", str(INV), "--seconds", SECONDS)
     rc_col, col = fleet(lab_paths, "bundle", "collect", HOST, "-i", str(INV), "-o",
                         str(tmp_path / "b"), "--seconds", SECONDS)
     assert rc_col == 0, col
-    assert {"nvidia-smi-q.xml", "dmon.txt", "pmon.txt", "topo.txt", "meminfo", "stat",
-            "df.txt", "ps.txt"} <= set(col["files"])
+    gpu_files = {"dmon.txt", "pmon.txt", "topo.txt"}
+    assert {"nvidia-smi-q.xml", "meminfo", "stat", "df.txt", "ps.txt"} <= set(col["files"])
+    assert (gpu_files <= set(col["files"])) if gpu else not (gpu_files & set(col["files"]))
     rc_b, bundle = fleet(lab_paths, "diagnose", str(tmp_path / "b"))
     for rc, d in ((rc_live, live), (rc_b, bundle)):
         assert d["schema"] == 1
@@ -191,3 +193,28 @@ def test_queueing_from_the_pools_metrics_url(clean, lab_paths, tmp_path) -> None
         assert f["evidence"]["source"] == "http://127.0.0.1:9400/metrics"
     finally:
         clean.sh(f"kill {pid}", check=False)
+
+
+def test_xid_in_the_kernel_log_is_hardware(clean, lab_paths, tmp_path) -> None:  # noqa: ANN001
+    """The lab's kernel log is its syslog file (/var/log/kern.log; dmesg would be the machine's
+    own ring buffer): collected like the probe reads it, judged for this boot only."""
+    lab.inject(lab_paths, HOST, ["xid:code=79"])
+    try:
+        live, bundle = live_and_bundle(lab_paths, tmp_path)
+        assert without_cpu(live) == without_cpu(bundle) == "hardware", (live, bundle)
+        f = next(f for f in live["findings"] if f["class"] == "hardware")
+        assert f["severity"] == "critical" and f["evidence"]["xid"] == 79
+    finally:
+        clean.reboot_and_wait()  # a new boot: the next tests judge a log without this Xid
+
+
+def test_driver_not_loaded_is_fallback(clean, lab_paths, tmp_path) -> None:  # noqa: ANN001
+    lab.inject(lab_paths, HOST, ["driver-not-loaded"])
+    try:
+        live, bundle = live_and_bundle(lab_paths, tmp_path, gpu=False)
+        assert without_cpu(live) == without_cpu(bundle) == "fallback", (live, bundle)
+        assert "nvidia-smi failed" in live["files"]["nvidia-smi-q.xml"]
+        assert live["files"]["dmon.txt"] == "missing"  # its command failed: left out
+    finally:
+        lab.reset(lab_paths, HOST)
+        clean.reboot_and_wait()  # the module loads again at boot
