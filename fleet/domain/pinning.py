@@ -10,7 +10,10 @@ downgrade to it), one `apt-get install` transaction installs the wanted packages
 other driver branches (`name-` suffix), then `apt-mark hold`. Installing by name with the pin in
 place means the plan needs no distro revision (`-1`, `-0ubuntu1`): apt resolves it.
 
-RHEL family: versionlock entries instead of pins, and explicit `dnf install`/`dnf downgrade` of
+RHEL family: the `nvidia-driver` module stream of the release first (`dnf module reset` then
+`dnf module enable nvidia-driver:580-open`: NVIDIA's EL9 repository lists its driver packages as
+module artifacts, and dnf's modular filtering hides every driver of a stream not enabled), then
+versionlock entries instead of pins, and explicit `dnf install`/`dnf downgrade` of
 `name-<upstream>`: pyinfra 3.10's `dnf.packages` ignores a pinned version when another version is
 installed (pyinfra issue 1910), so the plan does not go through it.
 """
@@ -181,6 +184,9 @@ def plan_pin(
     held: Iterable[str],
     files: Mapping[str, str | None],
     loaded_module: str | None = None,
+    *,
+    module_stream: str | None = None,
+    enabled_stream: str | None = None,
 ) -> PinPlan:
     """Steps that make the host hold exactly `wanted`; none when it already does.
 
@@ -188,7 +194,8 @@ def plan_pin(
     version-locked (dnf) packages; `files` gives the current content of the managed pin files
     (None when absent). `loaded_module` is the running kernel module's version when known: a
     host whose packages are right but still runs another module owes a reboot (a pin that
-    crashed before its reboot, say).
+    crashed before its reboot, say). On RHEL, `module_stream` is the release's `nvidia-driver`
+    stream ("580-open") and `enabled_stream` the one enabled on the host (None: none).
     """
     _check(wanted)
     held = set(held)
@@ -197,6 +204,13 @@ def plan_pin(
         steps = _apt_steps(wanted, changes, held, files)
     else:
         steps = _dnf_steps(wanted, changes, held)
+        if module_stream is not None and enabled_stream != module_stream:
+            at = 1 if steps and steps[0].command and "versionlock delete" in steps[0].command else 0
+            steps[at:at] = [
+                Step("reset the nvidia-driver module stream", "dnf -y module reset nvidia-driver"),
+                Step(f"enable the release's stream {module_stream}",
+                     "dnf -y module enable " + shlex.quote(f"nvidia-driver:{module_stream}")),
+            ]
     reboot = any(c.component in REBOOT_COMPONENTS for c in changes)
     drivers = {w.version for w in wanted if w.component == "driver"}
     if loaded_module is not None and drivers and loaded_module not in drivers:

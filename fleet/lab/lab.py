@@ -157,7 +157,8 @@ def up(paths: LabPaths, cfg: UpConfig, progress: Progress = _quiet) -> LabState:
         repo_url = f"http://{addr}:{REPO_PORT}/"
         rpms = rpmrepo.plan_rpms(releases, cfg.perf, lib.read_bytes()) if cfg.el9 else []
         if rpms:
-            rpmrepo.build_rpm_repo(rpms, paths.repo / rpmrepo.DIST)
+            rpmrepo.build_rpm_repo(rpms, paths.repo / rpmrepo.DIST,
+                                   rpmrepo.driver_streams(releases, rpms))
         if not paths.client_key.exists():
             run(
                 [
@@ -276,9 +277,11 @@ def _install_release_el9(paths: LabPaths, base: Path, release: str, releases: li
     """Pre-install the initial release into the el9 layer with dnf in a chroot, from a copy of
     the lab's RPM repository (the HTTP server is not up yet): the rpm database is dnf's."""
     specs = [rpmrepo.SYSTEM_PACKAGE]
+    stream = None
     if release != "none":
         rel = next(r for r in releases if r.name == release)
         specs += [f"{s.name}-{s.version}" for s in rel.packages("rhel")]
+        stream = rel.driver_module_stream()
     build, work = paths.run / "layer-el9-build", paths.run / "layer-el9-work"
     build.mkdir(exist_ok=True)
     work.mkdir(exist_ok=True)
@@ -288,9 +291,11 @@ def _install_release_el9(paths: LabPaths, base: Path, release: str, releases: li
     try:
         seed = build / "tmp/fleet-lab-rpms"
         shutil.copytree(paths.repo / rpmrepo.DIST, seed)
-        run(["chroot", build, "dnf", "-y", "-q", "--disablerepo=*",
-             "--repofrompath=seed,file:///tmp/fleet-lab-rpms", "--setopt=seed.gpgcheck=0",
-             "install", *specs])
+        dnf: list[str | Path] = ["chroot", build, "dnf", "-y", "-q", "--disablerepo=*",
+               "--repofrompath=seed,file:///tmp/fleet-lab-rpms", "--setopt=seed.gpgcheck=0"]
+        if stream:  # modular filtering hides the driver until its stream is enabled
+            run([*dnf, "module", "enable", f"nvidia-driver:{stream}"])
+        run([*dnf, "install", *specs])
         run(["chroot", build, "dnf", "-q", "clean", "all"], check=False)
         shutil.rmtree(seed)
     finally:

@@ -8,6 +8,12 @@ reboot exactly as an apt host's does. Names are the matrix's `rhel` names
 repositories use: 3 for the driver packages (`nvidia-driver-3:580.95.05-1.el9`), 1 for DCGM
 (`datacenter-gpu-manager-1:3.3.6-1`), none for CUDA and the rest.
 
+Driver packages are module artifacts, as in NVIDIA's EL9 repository: one `nvidia-driver` stream
+per branch and flavor (`580-open`, `580-dkms`: `Release.driver_module_stream()`) and the virtual
+`open-dkms` and `latest-dkms` streams holding every open / proprietary driver; dnf's modular
+filtering hides a driver whose stream is not enabled. `modules_yaml` is the modulemd text,
+added with `modifyrepo_c --mdtype=modules`.
+
 `plan_rpms` is pure; `build_rpm_repo` runs `rpmbuild -bb` per package and `createrepo_c`.
 The broken-package fault fails the new driver's `%pre` (the DKMS build of a real kmod package
 fails at install time too): rpm then installs nothing of it and keeps the old version.
@@ -22,9 +28,14 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from fleet.lab import repo
 from fleet.lab.sysutil import run
+
+
+class _Release(repo._Release, Protocol):
+    def driver_module_stream(self) -> str: ...
 
 DIST = "el9"
 RPM_RELEASE = f"1.{DIST}"
@@ -173,6 +184,41 @@ def plan_rpms(
             *sorted(out.values(), key=lambda p: (p.component, p.name, p.version))]
 
 
+def driver_streams(releases: Iterable[_Release], rpms: Sequence[FakeRpm]
+                   ) -> dict[str, list[str]]:
+    """`nvidia-driver` stream -> its artifacts (NEVRAs of the driver packages)."""
+    out: dict[str, list[str]] = {}
+    by_release: dict[str, list[FakeRpm]] = {}
+    for p in rpms:
+        if p.component == "driver":
+            for r in p.releases:
+                by_release.setdefault(r, []).append(p)
+    for rel in releases:
+        nevras = [f"{p.name}-{p.evr}.x86_64" for p in by_release.get(rel.name, [])]
+        virtual = "open-dkms" if rel.driver_module_stream().endswith("-open") else "latest-dkms"
+        for stream in (rel.driver_module_stream(), virtual):
+            out.setdefault(stream, [])
+            out[stream] += [n for n in nevras if n not in out[stream]]
+    return dict(sorted(out.items()))
+
+
+def modules_yaml(streams: dict[str, list[str]]) -> str:
+    """modulemd v2 documents, one per stream, with a `default` profile installing the driver."""
+    docs = []
+    for stream, nevras in streams.items():
+        arts = "".join(f"      - {n}\n" for n in nevras)
+        docs.append(
+            "---\ndocument: modulemd\nversion: 2\ndata:\n  name: nvidia-driver\n"
+            f'  stream: "{stream}"\n  version: 1\n  context: "00000000"\n  arch: x86_64\n'
+            f"  summary: FAKE NVIDIA driver, stream {stream}\n"
+            "  description: FAKE module of the fleet lab; contains no NVIDIA software.\n"
+            "  license:\n    module: [MIT]\n  profiles:\n    default:\n"
+            "      rpms: [nvidia-driver]\n"
+            f"  artifacts:\n    rpms:\n{arts}...\n"
+        )
+    return "".join(docs)
+
+
 def _write_tree(pkg: FakeRpm, root: Path) -> None:
     root.mkdir(parents=True)
     for rel, (data, mode) in pkg.files.items():
@@ -189,8 +235,10 @@ def _write_tree(pkg: FakeRpm, root: Path) -> None:
         f.symlink_to(target)
 
 
-def build_rpm_repo(packages: Sequence[FakeRpm], out: Path) -> Path:
-    """Write an RPM repository (`repodata/` by createrepo_c) of the packages into `out`."""
+def build_rpm_repo(packages: Sequence[FakeRpm], out: Path,
+                   streams: dict[str, list[str]] | None = None) -> Path:
+    """Write an RPM repository (`repodata/` by createrepo_c, and the module streams' modulemd
+    by modifyrepo_c) of the packages into `out`."""
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
@@ -215,6 +263,11 @@ def build_rpm_repo(packages: Sequence[FakeRpm], out: Path) -> Path:
                 ]
             )
     run(["createrepo_c", "--quiet", "--no-database", str(out)])
+    if streams:
+        with tempfile.TemporaryDirectory(prefix="fleet-lab-modules.") as tmp:
+            y = Path(tmp) / "modules.yaml"
+            y.write_text(modules_yaml(streams))
+            run(["modifyrepo_c", "--mdtype=modules", str(y), str(out / "repodata")])
     (out / "index.json").write_text(json.dumps(
         [{"name": p.name, "evr": p.evr, "component": p.component, "releases": p.releases}
          for p in packages], indent=1) + "\n")

@@ -115,20 +115,22 @@ class SshBackend:
         if rhel:
             installed = gather(conn, F.RpmNvidiaPackages)
             locks = gather(conn, F.DnfVersionLocks)
+            streams = gather(conn, F.DnfDriverStreams)
             for name in rhel:
                 out[name] = self._plan_one(name, "rhel", release, installed[name], locks[name], {},
-                                           modules.get(name))
+                                           modules.get(name), streams.get(name, {}))
         return out
 
     @staticmethod
     def _plan_one(name: str, family: Any, release: Release, installed: Any, held: Any,
-                  files: Any, module: Any = None) -> HostResult[PinPlan]:
-        for value in (installed, held, files):
+                  files: Any, module: Any = None, streams: Any = None) -> HostResult[PinPlan]:
+        for value in (installed, held, files, streams):
             if isinstance(value, Exception):
                 return HostResult.failed(name, f"could not read packages: {value}")
         wanted = release.packages(family)
         loaded = module if isinstance(module, str) else None
-        return HostResult(name, plan_pin(family, wanted, installed, held, files, loaded))
+        args = F.stream_args(release.driver_module_stream(), streams) if streams else {}
+        return HostResult(name, plan_pin(family, wanted, installed, held, files, loaded, **args))
 
     def plan(self, hosts: Sequence[str], release: Release) -> dict[str, HostResult[PinPlan]]:
         with self._connect(hosts) as conn:
@@ -146,7 +148,8 @@ class SshBackend:
                 return out
             conn.hosts = [h for h in conn.hosts if h.name in runnable]
             done = apply(conn, pin_release, lambda h: {
-                "release": release.name, "packages": _packages(release, families[h.name])})
+                "release": release.name, "packages": _packages(release, families[h.name]),
+                "stream": release.driver_module_stream() if families[h.name] == "rhel" else None})
         for name, outcome in done.items():
             res = out[name]
             res.seconds = time.monotonic() - start

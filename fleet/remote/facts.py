@@ -149,6 +149,43 @@ class DnfVersionLocks(FactBase[set[str]]):
         return parse_versionlock(output)
 
 
+def parse_driver_streams(lines: Iterable[str]) -> dict[str, bool]:
+    """`nvidia-driver` module streams -> enabled, from `dnf module list nvidia-driver` rows such
+    as `nvidia-driver 580-open [d][e] default  ...`; empty when the repositories have none."""
+    out: dict[str, bool] = {}
+    for line in lines:
+        parts = line.split()
+        if len(parts) >= 2 and parts[0] == "nvidia-driver":
+            flags = "".join(p for p in parts[2:4] if p.startswith("["))
+            out[parts[1]] = "[e]" in flags
+    return out
+
+
+class DnfDriverStreams(FactBase[dict[str, bool]]):
+    """The `nvidia-driver` module streams a dnf host's repositories offer, and which is enabled."""
+
+    def requires_command(self) -> str:
+        return "dnf"
+
+    def command(self) -> str:
+        return "dnf -q module list nvidia-driver 2>/dev/null || true"
+
+    @staticmethod
+    def default() -> dict[str, bool]:
+        return {}
+
+    def process(self, output: list[str]) -> dict[str, bool]:
+        return parse_driver_streams(output)
+
+
+def stream_args(wanted: str | None, streams: dict[str, bool]) -> dict[str, str | None]:
+    """`plan_pin`'s stream arguments: the release's stream when the host's repositories offer
+    it (NVIDIA's EL9 repository does; a repository without modules leaves versionlock alone
+    to hold the driver), and the stream enabled now."""
+    enabled = next((s for s, on in streams.items() if on), None)
+    return {"module_stream": wanted if wanted in streams else None, "enabled_stream": enabled}
+
+
 def parse_file_contents(lines: Iterable[str]) -> dict[str, str | None]:
     """`path base64` or `path -` per line, so exact bytes survive the trip."""
     out: dict[str, str | None] = {}

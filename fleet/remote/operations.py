@@ -15,11 +15,13 @@ from fleet.domain.pinning import PREFERENCES_PATH, UNATTENDED_PATH, PinPlan, pla
 from fleet.remote.facts import (
     AptHeldPackages,
     DebNvidiaPackages,
+    DnfDriverStreams,
     DnfVersionLocks,
     FileContents,
     LoadedModuleVersion,
     OsFamily,
     RpmNvidiaPackages,
+    stream_args,
 )
 
 
@@ -30,8 +32,9 @@ class Pkg:
     component: str
 
 
-def current_plan(packages: Sequence[tuple[str, str, str]]) -> PinPlan:
-    """The plan for the host pyinfra is processing, from its live facts."""
+def current_plan(packages: Sequence[tuple[str, str, str]], stream: str | None = None) -> PinPlan:
+    """The plan for the host pyinfra is processing, from its live facts; `stream` is the
+    release's `nvidia-driver` module stream (dnf hosts)."""
     wanted = [Pkg(*p) for p in packages]
     family = host.get_fact(OsFamily)
     module = host.get_fact(LoadedModuleVersion)
@@ -43,19 +46,23 @@ def current_plan(packages: Sequence[tuple[str, str, str]]) -> PinPlan:
     if family == "rhel":
         installed_rpm: dict[str, str] = host.get_fact(RpmNvidiaPackages)
         locks: set[str] = host.get_fact(DnfVersionLocks)
-        return plan_pin("rhel", wanted, installed_rpm, locks, {}, module)
+        streams: dict[str, bool] = host.get_fact(DnfDriverStreams)
+        return plan_pin("rhel", wanted, installed_rpm, locks, {}, module,
+                        **stream_args(stream, streams))
     raise ValueError(f"unsupported OS family on {host.name}: {family!r}")
 
 
 @operation()
-def pin_release(release: str, packages: list[tuple[str, str, str]]) -> Generator[Any, None, None]:
+def pin_release(release: str, packages: list[tuple[str, str, str]],
+                stream: str | None = None) -> Generator[Any, None, None]:
     """
     Put exactly these packages on the host, pinned and held; remove other driver branches.
 
     + release: the matrix release name (for messages)
     + packages: ``(name, upstream_version, component)`` triples from ``Release.packages()``
+    + stream: the release's ``nvidia-driver`` dnf module stream (``580-open``); dnf hosts only
     """
-    plan = current_plan(packages)
+    plan = current_plan(packages, stream)
     if not plan.changed:
         host.noop(f"release {release} already pinned")
         return

@@ -76,6 +76,12 @@ def locks(host: Host) -> set[str]:
     return set(host.sh("dnf -q versionlock list")[1].split())
 
 
+def stream(host: Host) -> list[str]:
+    """The enabled `nvidia-driver` module streams (NVIDIA-style modulemd in the lab's repo)."""
+    rows = host.sh("dnf -q module list --enabled nvidia-driver", check=False)[1].splitlines()
+    return [r.split()[1] for r in rows if r.startswith("nvidia-driver ")]
+
+
 def one(doc: dict) -> dict:
     (h,) = doc["hosts"]
     return h
@@ -89,6 +95,9 @@ def test_el9_host_is_an_el_host_with_dnf_and_no_driver(el9) -> None:
     assert h1.sh("command -v dpkg-query apt-get", check=False)[0] != 0  # no Debian tooling
     assert "fleet-lab-cuda-rhel9" in h1.sh("dnf -q repolist")[1]
     assert rpm_versions(h1) == {} and "error" in h1.nvml()
+    # modular filtering: no driver is installable before its stream is enabled
+    rc, out, err = h1.sh(f"dnf -y install nvidia-driver-{R580}", check=False)
+    assert rc != 0 and "filtered out by modular filtering" in out + err, out + err
 
 
 def test_pin_reboots_locks_and_a_second_run_changes_nothing(el9) -> None:
@@ -104,19 +113,25 @@ def test_pin_reboots_locks_and_a_second_run_changes_nothing(el9) -> None:
                                    "datacenter-gpu-manager": "1:4.4.1"}
         assert locks(h) == {f"nvidia-driver-3:{R580}-1.el9.*", "cuda-toolkit-13-0-0:13.0.2-1.el9.*",
                             "datacenter-gpu-manager-1:4.4.1-1.el9.*"}
+        assert stream(h) == ["580-open"]
     rc, doc = fleet(env, "apply", "-r", "r580-cuda13.0")
     assert rc == 0 and {h["outcome"] for h in doc["hosts"]} == {"unchanged"}, doc
 
 
 def test_versionlock_holds_the_driver_against_a_manual_upgrade(el9) -> None:
-    _, hosts, _ = el9
+    _, hosts, env = el9
     h2 = hosts["h2"]
+    # by hand onto the virtual stream that offers every open driver: only the lock holds now
+    h2.sh("dnf -y -q module reset nvidia-driver && dnf -y -q module enable nvidia-driver:open-dkms")
     offered = h2.sh("dnf -q repoquery --disableexcludes=all --qf '%{version}' nvidia-driver")[1]
     assert R595 in offered.split()  # a newer driver sits in the repository
     h2.sh("dnf -y upgrade")
     assert rpm_versions(h2)["nvidia-driver"] == f"3:{R580}"
     rc, _, err = h2.sh(f"dnf -y install nvidia-driver-{R595}", check=False)
     assert rc != 0 and rpm_versions(h2)["nvidia-driver"] == f"3:{R580}", err
+    rc, doc = fleet(env, "apply", "-r", "r580-cuda13.0", "-l", "h2")  # the stream drifted
+    assert rc == 0 and (one(doc)["outcome"], one(doc)["rebooted"]) == ("changed", False), doc
+    assert stream(h2) == ["580-open"]
 
 
 def test_upgrade_reboots_into_the_new_driver_and_rollback_returns(el9) -> None:
@@ -130,7 +145,7 @@ def test_upgrade_reboots_into_the_new_driver_and_rollback_returns(el9) -> None:
     assert h1.boot_id() != boot and h1.nvml()["driver"] == R595
     have = rpm_versions(h1)
     assert have["nvidia-driver"] == f"3:{R595}" and have["cuda-toolkit-13-2"] == "0:13.2.1"
-    assert f"nvidia-driver-3:{R595}-1.el9.*" in locks(h1)
+    assert f"nvidia-driver-3:{R595}-1.el9.*" in locks(h1) and stream(h1) == ["595-open"]
     rc, doc = fleet(env, "rollback", "--host", "h1", "--reason", "el9 canary regression", "--yes")
     assert rc == 0, doc
     h = one(doc)
@@ -139,7 +154,7 @@ def test_upgrade_reboots_into_the_new_driver_and_rollback_returns(el9) -> None:
     h1.close()
     assert h1.nvml()["driver"] == R580
     assert rpm_versions(h1)["nvidia-driver"] == f"3:{R580}"
-    assert f"nvidia-driver-3:{R580}-1.el9.*" in locks(h1)
+    assert f"nvidia-driver-3:{R580}-1.el9.*" in locks(h1) and stream(h1) == ["580-open"]
 
 
 def test_failed_transaction_leaves_the_old_release_locked(el9) -> None:
@@ -156,6 +171,6 @@ def test_failed_transaction_leaves_the_old_release_locked(el9) -> None:
     assert "restored r580-cuda13.0" in h["error"], h
     assert h2.boot_id() == boot and h2.nvml()["driver"] == R580
     assert rpm_versions(h2)["nvidia-driver"] == f"3:{R580}"
-    assert f"nvidia-driver-3:{R580}-1.el9.*" in locks(h2)
+    assert f"nvidia-driver-3:{R580}-1.el9.*" in locks(h2) and stream(h2) == ["580-open"]
     rc, doc = fleet(env, "apply", "-r", "r580-cuda13.0", "-l", "h2", "--dry")
     assert rc == 0 and one(doc)["outcome"] == "unchanged", doc

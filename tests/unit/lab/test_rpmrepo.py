@@ -55,3 +55,12 @@ def test_mixed_lab_keeps_its_first_hosts_debian() -> None:
     hosts = plan_hosts(4, "loopback", el9=2)
     assert [h.os for h in hosts] == ["debian", "debian", "el9", "el9"]
     assert all(h.os == "debian" for h in plan_hosts(3, "loopback"))
+
+
+def test_driver_streams_per_branch_and_the_virtual_open_stream() -> None:
+    releases, _, _ = load_releases(MATRIX)
+    streams = rpmrepo.driver_streams(releases, rpmrepo.plan_rpms(releases))
+    assert streams["580-open"] == ["nvidia-driver-3:580.95.05-1.el9.x86_64"]
+    assert len(streams["open-dkms"]) == 3 and "latest-dkms" not in streams  # every release open
+    text = rpmrepo.modules_yaml(streams)
+    assert text.count("document: modulemd") == 4 and '  stream: "595-open"\n' in text
