@@ -40,8 +40,8 @@ def pmon(n: int = 5, leak: int = 0) -> str:
     for i in range(n):
         for pid, cmd, fb, sm in PROCS:
             grow = leak * i if pid == 11328 else 0
-            out += (f"    0 {pid:11d}     C {fb + grow:6d}      0 {sm:6d} {sm // 4:6d}      -      -"
-                    f"      -      -    {cmd:<14s}\n")
+            out += (f"    0 {pid:11d}     C {fb + grow:6d}      0 {sm:6d} {sm // 4:6d}"
+                    f"      -      -      -      -    {cmd:<14s}\n")
     return out
 
 
@@ -55,8 +55,9 @@ def topo(cpus: str = "0-15", numa: str = "0") -> str:
 def meminfo(total: int = 263_921_132, avail: int = 201_337_216, swap: int = 8_388_604,
             swap_free: int = 8_388_604) -> str:
     return (f"MemTotal:       {total} kB\nMemFree:        {avail - 4_000_000} kB\n"
-            f"MemAvailable:   {avail} kB\nBuffers:          512044 kB\nCached:         9871220 kB\n"
-            f"SwapCached:            0 kB\nSwapTotal:      {swap} kB\nSwapFree:       {swap_free} kB\n")
+            f"MemAvailable:   {avail} kB\nBuffers:          512044 kB\n"
+            f"Cached:         9871220 kB\nSwapCached:            0 kB\n"
+            f"SwapTotal:      {swap} kB\nSwapFree:       {swap_free} kB\n")
 
 
 def stat(cpus: int = 16, busy_pct: int = 35, seconds: int = 10) -> str:
