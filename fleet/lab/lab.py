@@ -467,6 +467,14 @@ def installed_packages(root: Path) -> dict[str, str]:
     return out
 
 
+def installed_rpms(root: Path) -> dict[str, str]:
+    """The fake NVIDIA packages installed in an el9 host, from its rpm database (EPOCH:V-R)."""
+    cp = run(["rpm", "--root", root, "-qa", "--qf", "%{NAME} %{EPOCHNUM}:%{VERSION}-%{RELEASE}\n"],
+             check=False)
+    rows = [ln.split() for ln in cp.stdout.decode().splitlines()] if cp.returncode == 0 else []
+    return {r[0]: r[1] for r in rows if len(r) == 2 and r[0] != rpmrepo.SYSTEM_PACKAGE}
+
+
 def status(paths: LabPaths) -> dict[str, Any]:
     state = load_state(paths)
     daemon = _daemon_pid(paths)
@@ -491,7 +499,7 @@ def status(paths: LabPaths) -> dict[str, Any]:
                 "module_pending": (root / H.PENDING).read_text().strip()
                 if (root / H.PENDING).exists()
                 else None,
-                "packages": installed_packages(root),
+                "packages": installed_rpms(root) if h.os == "el9" else installed_packages(root),
                 "faults": sorted(H.read_flags(paths, h.name)),
                 "slurm_state": nodes[h.name][0] if h.name in nodes else None,
                 "slurm_reason": nodes[h.name][1] or None if h.name in nodes else None,

@@ -1,8 +1,9 @@
-"""fleet's dnf path for real: two el9 lab hosts (real dnf 4, rpm and versionlock over SSH).
+"""fleet's dnf path for real: el9 lab hosts (real dnf 4, rpm, versionlock, module streams).
 
-The module brings up its own loopback lab in its own run directory (never the session lab's
-netns bridge), from tests/integration/dnf/matrix.yaml, with no driver installed: the first
-apply installs one. Run it under `flock /tmp/fleet-lab.lock` like every lab test.
+The module brings up its own mixed loopback lab in its own run directory (never the session
+lab's netns bridge), from tests/integration/dnf/matrix.yaml, with no driver installed: h1 Debian,
+h2 and h3 el9 (`--os el9:2`). The first apply installs a release on both kinds at once.
+Run it under `flock /tmp/fleet-lab.lock` like every lab test.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def el9(tmp_path_factory) -> Iterator[tuple[LabPaths, dict[str, Host], dict[str,
     paths = LabPaths(cache=LabPaths.from_env().cache, run=RUN_DIR)
     lab.down(paths)
     try:
-        state = lab.up(paths, lab.UpConfig(hosts=2, matrix=MATRIX, release="none",
+        state = lab.up(paths, lab.UpConfig(hosts=3, matrix=MATRIX, release="none",
                                            mode="loopback", model_server=False, el9=2))
         hosts = {h.name: Host(paths, h) for h in state.hosts}
         db = tmp_path_factory.mktemp("history") / "fleet.db"
@@ -89,24 +90,30 @@ def one(doc: dict) -> dict:
 
 def test_el9_host_is_an_el_host_with_dnf_and_no_driver(el9) -> None:
     _, hosts, _ = el9
-    h1 = hosts["h1"]
-    osr = h1.sh("cat /etc/os-release")[1]
+    h2 = hosts["h2"]
+    osr = h2.sh("cat /etc/os-release")[1]
     assert 'ID="rocky"' in osr and 'PLATFORM_ID="platform:el9"' in osr
-    assert h1.sh("command -v dpkg-query apt-get", check=False)[0] != 0  # no Debian tooling
-    assert "fleet-lab-cuda-rhel9" in h1.sh("dnf -q repolist")[1]
-    assert rpm_versions(h1) == {} and "error" in h1.nvml()
+    assert h2.sh("command -v dpkg-query apt-get", check=False)[0] != 0  # no Debian tooling
+    assert "fleet-lab-cuda-rhel9" in h2.sh("dnf -q repolist")[1]
+    assert rpm_versions(h2) == {} and "error" in h2.nvml()
     # modular filtering: no driver is installable before its stream is enabled
-    rc, out, err = h1.sh(f"dnf -y install nvidia-driver-{R580}", check=False)
+    rc, out, err = h2.sh(f"dnf -y install nvidia-driver-{R580}", check=False)
     assert rc != 0 and "filtered out by modular filtering" in out + err, out + err
 
 
 def test_pin_reboots_locks_and_a_second_run_changes_nothing(el9) -> None:
-    _, hosts, env = el9
+    paths, hosts, env = el9
     rc, doc = fleet(env, "apply", "-r", "r580-cuda13.0")
     assert rc == 0, doc
     assert {h["host"]: (h["outcome"], h["rebooted"]) for h in doc["hosts"]} == {
-        "h1": ("changed", True), "h2": ("changed", True)}
-    for h in hosts.values():
+        "h1": ("changed", True), "h2": ("changed", True), "h3": ("changed", True)}
+    hosts["h1"].close()  # the Debian host of the mixed lab: apt names, apt holds
+    assert hosts["h1"].nvml()["driver"] == R580
+    assert "nvidia-driver-580-open" in hosts["h1"].sh("apt-mark showhold")[1].split()
+    status = {h["name"]: h for h in lab.status(paths)["hosts"]}
+    assert status["h2"]["os"] == "el9" and status["h1"]["os"] == "debian"
+    assert status["h2"]["packages"]["nvidia-driver"] == f"3:{R580}-1.el9"
+    for h in (hosts["h2"], hosts["h3"]):
         h.close()
         assert h.nvml()["driver"] == R580
         assert rpm_versions(h) == {"nvidia-driver": f"3:{R580}", "cuda-toolkit-13-0": "0:13.0.2",
@@ -120,57 +127,57 @@ def test_pin_reboots_locks_and_a_second_run_changes_nothing(el9) -> None:
 
 def test_versionlock_holds_the_driver_against_a_manual_upgrade(el9) -> None:
     _, hosts, env = el9
-    h2 = hosts["h2"]
+    h3 = hosts["h3"]
     # by hand onto the virtual stream that offers every open driver: only the lock holds now
-    h2.sh("dnf -y -q module reset nvidia-driver && dnf -y -q module enable nvidia-driver:open-dkms")
-    offered = h2.sh("dnf -q repoquery --disableexcludes=all --qf '%{version}' nvidia-driver")[1]
+    h3.sh("dnf -y -q module reset nvidia-driver && dnf -y -q module enable nvidia-driver:open-dkms")
+    offered = h3.sh("dnf -q repoquery --disableexcludes=all --qf '%{version}' nvidia-driver")[1]
     assert R595 in offered.split()  # a newer driver sits in the repository
-    h2.sh("dnf -y upgrade")
-    assert rpm_versions(h2)["nvidia-driver"] == f"3:{R580}"
-    rc, _, err = h2.sh(f"dnf -y install nvidia-driver-{R595}", check=False)
-    assert rc != 0 and rpm_versions(h2)["nvidia-driver"] == f"3:{R580}", err
-    rc, doc = fleet(env, "apply", "-r", "r580-cuda13.0", "-l", "h2")  # the stream drifted
+    h3.sh("dnf -y upgrade")
+    assert rpm_versions(h3)["nvidia-driver"] == f"3:{R580}"
+    rc, _, err = h3.sh(f"dnf -y install nvidia-driver-{R595}", check=False)
+    assert rc != 0 and rpm_versions(h3)["nvidia-driver"] == f"3:{R580}", err
+    rc, doc = fleet(env, "apply", "-r", "r580-cuda13.0", "-l", "h3")  # the stream drifted
     assert rc == 0 and (one(doc)["outcome"], one(doc)["rebooted"]) == ("changed", False), doc
-    assert stream(h2) == ["580-open"]
+    assert stream(h3) == ["580-open"]
 
 
 def test_upgrade_reboots_into_the_new_driver_and_rollback_returns(el9) -> None:
     _, hosts, env = el9
-    h1 = hosts["h1"]
-    boot = h1.boot_id()
-    rc, doc = fleet(env, "apply", "-r", "r595-cuda13.2", "-l", "h1")
+    h2 = hosts["h2"]
+    boot = h2.boot_id()
+    rc, doc = fleet(env, "apply", "-r", "r595-cuda13.2", "-l", "h2")
     assert rc == 0, doc
     assert (one(doc)["outcome"], one(doc)["rebooted"]) == ("changed", True), doc
-    h1.close()
-    assert h1.boot_id() != boot and h1.nvml()["driver"] == R595
-    have = rpm_versions(h1)
+    h2.close()
+    assert h2.boot_id() != boot and h2.nvml()["driver"] == R595
+    have = rpm_versions(h2)
     assert have["nvidia-driver"] == f"3:{R595}" and have["cuda-toolkit-13-2"] == "0:13.2.1"
-    assert f"nvidia-driver-3:{R595}-1.el9.*" in locks(h1) and stream(h1) == ["595-open"]
-    rc, doc = fleet(env, "rollback", "--host", "h1", "--reason", "el9 canary regression", "--yes")
+    assert f"nvidia-driver-3:{R595}-1.el9.*" in locks(h2) and stream(h2) == ["595-open"]
+    rc, doc = fleet(env, "rollback", "--host", "h2", "--reason", "el9 canary regression", "--yes")
     assert rc == 0, doc
     h = one(doc)
     assert (h["from_release"], h["to_release"], h["outcome"]) == (
         "r595-cuda13.2", "r580-cuda13.0", "changed"), h
-    h1.close()
-    assert h1.nvml()["driver"] == R580
-    assert rpm_versions(h1)["nvidia-driver"] == f"3:{R580}"
-    assert f"nvidia-driver-3:{R580}-1.el9.*" in locks(h1) and stream(h1) == ["580-open"]
+    h2.close()
+    assert h2.nvml()["driver"] == R580
+    assert rpm_versions(h2)["nvidia-driver"] == f"3:{R580}"
+    assert f"nvidia-driver-3:{R580}-1.el9.*" in locks(h2) and stream(h2) == ["580-open"]
 
 
 def test_failed_transaction_leaves_the_old_release_locked(el9) -> None:
     paths, hosts, env = el9
-    h2 = hosts["h2"]
-    boot = h2.boot_id()
-    lab.inject(paths, "h2", ["broken-package"])
+    h3 = hosts["h3"]
+    boot = h3.boot_id()
+    lab.inject(paths, "h3", ["broken-package"])
     try:
-        rc, doc = fleet(env, "apply", "-r", "r570-cuda12.8", "-l", "h2")
+        rc, doc = fleet(env, "apply", "-r", "r570-cuda12.8", "-l", "h3")
     finally:
-        lab.reset(paths, "h2")
+        lab.reset(paths, "h3")
     h = one(doc)
     assert rc == 1 and h["outcome"] == "failed", doc
     assert "restored r580-cuda13.0" in h["error"], h
-    assert h2.boot_id() == boot and h2.nvml()["driver"] == R580
-    assert rpm_versions(h2)["nvidia-driver"] == f"3:{R580}"
-    assert f"nvidia-driver-3:{R580}-1.el9.*" in locks(h2) and stream(h2) == ["580-open"]
-    rc, doc = fleet(env, "apply", "-r", "r580-cuda13.0", "-l", "h2", "--dry")
+    assert h3.boot_id() == boot and h3.nvml()["driver"] == R580
+    assert rpm_versions(h3)["nvidia-driver"] == f"3:{R580}"
+    assert f"nvidia-driver-3:{R580}-1.el9.*" in locks(h3) and stream(h3) == ["580-open"]
+    rc, doc = fleet(env, "apply", "-r", "r580-cuda13.0", "-l", "h3", "--dry")
     assert rc == 0 and one(doc)["outcome"] == "unchanged", doc
