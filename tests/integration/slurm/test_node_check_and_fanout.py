@@ -173,8 +173,10 @@ def test_health_check_drains_on_xid79_and_keeps_an_admin_drain(
         # an admin takes the node over with their own reason: failing checks leave it alone
         sh(env, "scontrol", "update", f"nodename={HOST}", "state=drain", "reason=ops: RMA 1")
         before = failed_checks(hosts)
-        time.sleep(interval + MARGIN_S)  # at least one more health check ran and failed
-        assert failed_checks(hosts) > before, "no failing health check logged by slurmd"
+        deadline = time.monotonic() + interval + MARGIN_S
+        while failed_checks(hosts) <= before:  # until one more health check ran and failed
+            assert time.monotonic() < deadline, "no failing health check logged by slurmd"
+            time.sleep(0.5)
         assert node(env, HOST) == ("drained", "ops: RMA 1")
     finally:
         lab.reset(lab_paths, HOST)
