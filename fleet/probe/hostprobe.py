@@ -785,10 +785,30 @@ def parse_rpm(text, locks=""):
     return items
 
 
-def probe_packages(h):
+RPM_FAMILY = {"rhel", "fedora", "centos", "rocky", "almalinux", "ol", "amzn", "suse", "sles",
+              "opensuse"}
+DEB_FAMILY = {"debian", "ubuntu"}
+
+
+def package_managers(os_release):
+    """The package databases to ask, in order, from /etc/os-release's ID and ID_LIKE: an EL
+    host may carry dpkg too (EPEL ships it), and asking dpkg first there reads an empty or
+    foreign database instead of the rpm one that holds the driver."""
+    kv = dict(re.findall(r'^([A-Z_]+)="?([^"\n]*)"?$', os_release or "", re.M))
+    ids = {kv.get("ID", "").lower()} | set(kv.get("ID_LIKE", "").lower().split())
+    if ids & RPM_FAMILY and not ids & DEB_FAMILY:
+        return ["rpm", "dpkg"]
+    return ["dpkg", "rpm"]
+
+
+def _dpkg_packages(h):
     r = h.run(["dpkg-query", "-W", "-f", "${Package}\t${Version}\t${Status}\n"])
     if not is_err(r) and r[0] in (0, 1) and r[1]:
         return {"manager": "dpkg", "items": sorted(parse_dpkg(r[1]), key=lambda p: p["name"])}
+    return None
+
+
+def _rpm_packages(h):
     r2 = h.run(["rpm", "-qa", "--qf", "%{NAME}\t%{EPOCHNUM}:%{VERSION}-%{RELEASE}\n"])
     if not is_err(r2) and r2[0] == 0:
         locks = ""
@@ -797,6 +817,16 @@ def probe_packages(h):
             if not is_err(t):
                 locks += t
         return {"manager": "rpm", "items": sorted(parse_rpm(r2[1], locks), key=lambda p: p["name"])}
+    return None
+
+
+def probe_packages(h):
+    osr = h.read("/etc/os-release")
+    readers = {"dpkg": _dpkg_packages, "rpm": _rpm_packages}
+    for manager in package_managers("" if is_err(osr) else osr):
+        got = readers[manager](h)
+        if got is not None:
+            return got
     return err("no_package_manager", "dpkg-query/rpm unavailable")
 
 

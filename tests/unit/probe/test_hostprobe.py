@@ -203,3 +203,43 @@ def test_first_probe_reads_only_the_current_boot_of_kern_log() -> None:
                 b"Nov 30 07:10:02 h kernel: [    2.0] nvidia: loading out-of-tree module\n")
     assert current_boot(old_boot + new_boot) == new_boot
     assert current_boot(b"no boot marker\n") == b"no boot marker\n"
+
+
+ROCKY = 'NAME="Rocky Linux"\nID="rocky"\nID_LIKE="rhel centos fedora"\nVERSION_ID="9.4"\n'
+UBUNTU = 'NAME="Ubuntu"\nID=ubuntu\nID_LIKE=debian\nVERSION_ID="22.04"\n'
+
+
+class _BothDatabases(hostprobe.Host):
+    """A host with dpkg and rpm both installed (EPEL ships dpkg), each holding something."""
+
+    def __init__(self, root: Path, os_release: str) -> None:
+        super().__init__(str(root))
+        (root / "etc").mkdir(parents=True, exist_ok=True)
+        (root / "etc/os-release").write_text(os_release)
+        self.asked: list[str] = []
+
+    def run(self, argv, timeout=hostprobe.CMD_TIMEOUT_S):  # type: ignore[no-untyped-def]
+        self.asked.append(argv[0])
+        if argv[0] == "dpkg-query":
+            return (0, "nvidia-driver-580-open\t580.95.05-1\thold ok installed\n", "")
+        return (0, "nvidia-driver\t3:580.95.05-1.el9\n", "")
+
+
+def test_an_el_host_with_dpkg_installed_is_read_from_rpm(tmp_path: Path) -> None:
+    h = _BothDatabases(tmp_path, ROCKY)
+    got = hostprobe.probe_packages(h)
+    assert got["manager"] == "rpm" and h.asked == ["rpm"]
+    assert got["items"] == [{"name": "nvidia-driver", "version": "3:580.95.05-1.el9",
+                             "held": False}]
+
+
+def test_a_debian_family_host_is_read_from_dpkg_first(tmp_path: Path) -> None:
+    h = _BothDatabases(tmp_path, UBUNTU)
+    assert hostprobe.probe_packages(h)["manager"] == "dpkg" and h.asked == ["dpkg-query"]
+
+
+def test_package_managers_from_os_release() -> None:
+    assert hostprobe.package_managers(ROCKY) == ["rpm", "dpkg"]
+    assert hostprobe.package_managers('ID="almalinux"\nID_LIKE="rhel centos fedora"\n')[0] == "rpm"
+    assert hostprobe.package_managers(UBUNTU) == ["dpkg", "rpm"]
+    assert hostprobe.package_managers("") == ["dpkg", "rpm"]  # unknown: dpkg, then rpm
