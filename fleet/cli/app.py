@@ -218,8 +218,10 @@ def build_app(only: str | None = None) -> typer.Typer:
     so a broken one is easy to find."""
     from fleet.cli import commands
     from fleet.cli.examples import hide_flag_placeholders
+    from fleet.cli.lazy import defer_typer_coercion
 
     hide_flag_placeholders()
+    defer_typer_coercion()
     new = typer.Typer(name="fleet", help=HELP, no_args_is_help=True, cls=FleetGroup,
                       pretty_exceptions_enable=False, add_completion=True)
     new.callback()(main)

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from fleet.cli.output import console, emit_json, esc
-from fleet.domain.checks import Finding, Severity, run_checks, worst
-from fleet.domain.facts import HostFacts
 from fleet.errors import BadInput, ProblemsFound
-from fleet.facts import facts_from_file
+
+if TYPE_CHECKING:  # pydantic models: imported by the commands that parse a capture
+    from fleet.domain.checks import Finding
+    from fleet.domain.facts import HostFacts
 
 app = typer.Typer(
     help="Host facts from captures: nvidia-smi -q -x / -q / --query-gpu, probe JSON.",
@@ -21,7 +22,8 @@ app = typer.Typer(
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
 
-_STYLE = {Severity.FAIL: "red", Severity.WARN: "yellow", Severity.OK: "green"}
+# keyed by the severities' values (Severity is a StrEnum) so that help needs no domain import
+_STYLE = {"fail": "red", "warn": "yellow", "ok": "green"}
 
 
 def print_findings(findings: list[Finding]) -> None:
@@ -94,6 +96,9 @@ def parse(
 
     Exit 1 when any check fails, 2 when a file is unreadable or of unknown format.
     """
+    from fleet.domain.checks import Severity, run_checks, worst
+    from fleet.facts import facts_from_file
+
     results = []
     problems = []
     for path in files:
@@ -142,6 +147,8 @@ def import_(
     Exit 1 when a check fails, 2 on an unreadable file.
     """
     from fleet.cli.app import settings
+    from fleet.domain.checks import Severity, run_checks, worst
+    from fleet.facts import facts_from_file
     from fleet.history import open_history, record_event, utcnow
     from fleet.jobs.record import record_snapshot
 

@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from fleet.cli.lazy import lazy_module
 from fleet.cli.output import console, emit_json
 from fleet.errors import BadInput
 from fleet.lab import faults as F
-from fleet.lab import lab
 from fleet.lab.paths import LabPaths
 from fleet.lab.perf import parse_perf
+
+if TYPE_CHECKING:
+    from fleet.lab import lab
+else:  # the lab's machinery (hosts, repositories, slurm): imported by the command that runs
+    lab = lazy_module("fleet.lab.lab")
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
 

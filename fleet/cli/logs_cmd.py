@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from fleet.cli.facts_cmd import print_findings
 from fleet.cli.output import console, emit_json, esc
-from fleet.domain.checks import Severity, run_checks, worst, xid_classes
-from fleet.domain.facts import HostFacts, KernelEvent, KernelLog
 from fleet.errors import BadInput, ProblemsFound
-from fleet.probe.hostprobe import parse_kernel_log
+
+if TYPE_CHECKING:  # pydantic models: imported when a log is parsed
+    from fleet.domain.facts import KernelEvent
 
 app = typer.Typer(
     help="Kernel logs: Xid, fallen-off-the-bus and PCIe AER events.", no_args_is_help=True
@@ -21,6 +21,10 @@ app = typer.Typer(
 
 def events_from_text(text: str) -> list[KernelEvent]:
     """The probe's own parser, with the classes of the package's Xid catalog."""
+    from fleet.domain.checks import xid_classes
+    from fleet.domain.facts import KernelEvent
+    from fleet.probe.hostprobe import parse_kernel_log
+
     return [KernelEvent.model_validate(e) for e in parse_kernel_log(text, xid_classes())]
 
 
@@ -35,6 +39,9 @@ def parse(
     kind, pci, xid, severity, line, text (plus timestamp, uuid, pid, process, device_id, bits).
     Exit 1 when a finding fails.
     """
+    from fleet.domain.checks import Severity, run_checks, worst
+    from fleet.domain.facts import HostFacts, KernelLog
+
     try:
         raw = file.read_bytes()
     except OSError as exc:

@@ -5,17 +5,17 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, date, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from fleet.cli.output import console, emit_json, error_document, esc, print_problems, stdout
-from fleet.domain.matrix.diff import diff_matrices
-from fleet.domain.matrix.lifecycle import end_of_life
-from fleet.domain.matrix.loader import LoadedMatrix, load_matrix
-from fleet.domain.matrix.models import Matrix
 from fleet.errors import BadInput, ExitCode, ProblemsFound
+
+if TYPE_CHECKING:  # the matrix models load pydantic: imported by the commands that load one
+    from fleet.domain.matrix.loader import LoadedMatrix
+    from fleet.domain.matrix.models import Matrix
 
 app = typer.Typer(
     help=(
@@ -56,6 +56,8 @@ def _parse_today(value: str | None) -> date:
 
 def _load(path: Path, today: date | None = None) -> LoadedMatrix:
     """Load with today's date (UTC) so end-of-life warnings are current."""
+    from fleet.domain.matrix.loader import load_matrix
+
     return load_matrix(path, today=today or _today())
 
 
@@ -68,6 +70,8 @@ def check(file: FileArg, json: JsonOpt = False, today: TodayOpt = None) -> None:
     naming the branch, its end and the supported replacements; with `policy.end_of_life:
     error` in the matrix it is an error and the exit code is 1.
     """
+    from fleet.domain.matrix.lifecycle import end_of_life
+
     on = _parse_today(today)
     try:
         loaded = _load(file, on)
@@ -187,6 +191,8 @@ def diff(
     TensorRT, module flavor, kernel constraint): old and new value, and whether it is an
     upgrade, a downgrade, a branch switch, added or removed. Both files must be valid.
     """
+    from fleet.domain.matrix.diff import diff_matrices
+
     problems: list = []  # type: ignore[type-arg]
     loaded: list[LoadedMatrix] = []
     for path in (old, new):

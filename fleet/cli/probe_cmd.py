@@ -11,7 +11,6 @@ from rich.table import Table
 
 from fleet.cli.output import console, emit_json, esc
 from fleet.cli.selection import HostAlias, Limit, PoolAlias
-from fleet.domain.checks import Severity
 from fleet.errors import BadInput, CouldNotComplete, ProblemsFound
 
 Inventory = Annotated[Path, typer.Option("--inventory", "-i", help="pyinfra inventory file.",
@@ -58,6 +57,7 @@ def probe(
     a check fails.
     """
     from fleet.cli.app import settings
+    from fleet.domain.checks import Severity
     from fleet.domain.matrix.loader import load_matrix
     from fleet.history import open_history
     from fleet.jobs.probe import probe_inventory

@@ -9,13 +9,14 @@ selects nothing is a typo and exit 2 naming it, even beside values that do selec
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from fleet.domain.ports import HostRef
-from fleet.domain.selection import limit_problem, select, unmatched
 from fleet.errors import BadInput, Problem
+
+if TYPE_CHECKING:  # the domain loads pydantic: imported where a command selects hosts
+    from fleet.domain.ports import HostRef
 
 LIMIT_HELP = ("A pool (inventory group) or a host-name glob ('gpu-0*'); repeatable, a host is "
               "selected when any value matches it. A value that matches nothing is refused.")
@@ -43,6 +44,8 @@ def values(selectors: Sequence[tuple[str, str]]) -> list[str]:
 
 def check(selectors: Sequence[tuple[str, str]], hosts: Sequence[HostRef]) -> None:
     """Refuse (exit 2) every selector that matches no host, naming the option it came with."""
+    from fleet.domain.selection import limit_problem, unmatched
+
     bad = set(unmatched([v for _, v in selectors], hosts))
     problems = [Problem(None, None, option, limit_problem(v, hosts))
                 for option, v in dict.fromkeys(selectors) if v in bad]
@@ -52,5 +55,7 @@ def check(selectors: Sequence[tuple[str, str]], hosts: Sequence[HostRef]) -> Non
 
 def choose(selectors: Sequence[tuple[str, str]], hosts: Sequence[HostRef]) -> list[HostRef]:
     """The hosts the selectors pick (all without any), after `check`."""
+    from fleet.domain.selection import select
+
     check(selectors, hosts)
     return select(values(selectors), hosts)

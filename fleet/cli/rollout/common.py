@@ -6,13 +6,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, NamedTuple
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
 import typer
 
-from fleet.domain.matrix.models import Matrix
-from fleet.domain.ports import AdminState, HostRef
 from fleet.errors import BadInput, Problem
+
+if TYPE_CHECKING:  # pydantic models: imported by the commands that read hosts
+    from fleet.domain.matrix.models import Matrix
+    from fleet.domain.ports import AdminState, HostRef
 
 MatrixOpt = Annotated[Path, typer.Option("--matrix", "-m", help="Version matrix.",
                                          envvar="FLEET_MATRIX", show_default=False)]
@@ -48,6 +50,7 @@ def now() -> datetime:
 def inventory_hosts(path: Path, matrix: Matrix) -> list[HostRef]:
     """HostRefs of an inventory; a host's pool is its `pool` data, else the first of its groups
     the matrix names, else its first group."""
+    from fleet.domain.ports import HostRef
     from fleet.remote.backend import SshBackend
 
     refs = SshBackend(path).hosts()

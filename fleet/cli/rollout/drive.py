@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
@@ -13,8 +13,10 @@ from rich.table import Table
 from fleet.cli.output import console, emit_json, esc
 from fleet.cli.rollout.common import now
 from fleet.cli.rollout.wiring import wiring
-from fleet.domain.matrix.models import Matrix
 from fleet.errors import ProblemsFound
+
+if TYPE_CHECKING:  # pydantic models: imported by the commands that load a matrix
+    from fleet.domain.matrix.models import Matrix
 
 
 def wave_table(engine: Any) -> Any:

@@ -4,14 +4,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from fleet.cli.output import console, emit_json
 from fleet.cli.rollout.common import check_pools, from_history, now
 from fleet.cli.rollout.wiring import Saving, wiring
-from fleet.domain.matrix.models import Matrix
+
+if TYPE_CHECKING:  # pydantic models: imported by the commands that load a matrix
+    from fleet.domain.matrix.models import Matrix
 
 
 def start_dry(ctx: typer.Context, m: Matrix, source: dict[str, Any],

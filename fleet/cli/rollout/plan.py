@@ -18,7 +18,7 @@ moved) is read from the workload manager with `--scheduler slurm|kubernetes`; th
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
@@ -42,9 +42,11 @@ from fleet.cli.rollout.common import (
     selected_pools,
 )
 from fleet.cli.rollout.group import app
-from fleet.domain.plan import RolloutPlan
-from fleet.domain.ports import AdminState
 from fleet.errors import BadInput, ProblemsFound
+
+if TYPE_CHECKING:  # pydantic models: imported when a plan is made
+    from fleet.domain.plan import RolloutPlan
+    from fleet.domain.ports import AdminState
 
 _SHOW = 8
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fleet.domain.matrix.models import Matrix
 from fleet.errors import BadInput, Problem
+
+if TYPE_CHECKING:  # pydantic models: imported by the commands that load a matrix
+    from fleet.domain.matrix.models import Matrix
 
 
 class Saving:

@@ -1,0 +1,92 @@
+"""Modules imported on first use, for CLI modules whose commands share a heavy module.
+
+Building the typer app (`fleet --help`, every command's start) imports every command module it
+lists, so a module-level `from fleet.lab import lab` would load the lab (and what it imports)
+for `fleet probe --help` too. `lazy_module` stands in for the module at module level and imports
+it when an attribute is first read, inside a command. Use it with a `TYPE_CHECKING` import of the
+real module so mypy still checks every use:
+
+    if TYPE_CHECKING:
+        from fleet.lab import lab
+    else:
+        lab = lazy_module("fleet.lab.lab")
+
+tests/unit/cli/test_startup.py fails when a heavy library is imported by building the app.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+from typing import Any
+
+
+class LazyModule:
+    """Forwards attribute reads to the module `name`, importing it on the first one."""
+
+    __slots__ = ("_name", "_module")
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._module: ModuleType | None = None
+
+    def __getattr__(self, attr: str) -> Any:
+        module = self._module
+        if module is None:
+            module = self._module = importlib.import_module(self._name)
+        return getattr(module, attr)
+
+    def __repr__(self) -> str:
+        state = "imported" if self._module is not None else "not imported yet"
+        return f"<lazy module {self._name!r} ({state})>"
+
+
+def lazy_module(name: str) -> Any:
+    """A stand-in for module `name` (typed Any: pair it with a TYPE_CHECKING import)."""
+    return LazyModule(name)
+
+
+def defer_typer_coercion() -> None:
+    """Let typer import pydantic only when a value needs it.
+
+    typer (0.2x) coerces every parameter's value through a pydantic TypeAdapter, built on first
+    use, and importing pydantic for it costs about 50 ms: `fleet probe --help` paid it for the
+    root group's `--db` default and the unset `--help`/completion flags. Unset values (None) and
+    a `str` value of a plain `str` parameter come out of typer's coercion unchanged, so these
+    are answered here; any other value is coerced by typer's own runtime parameter, exactly as
+    before. With a typer that lacks these internals this does nothing (fleet only starts slower,
+    and tests/unit/cli/test_startup.py says so).
+    """
+    from typer import _coercion, core
+
+    param_cls: Any = getattr(core, "_TyperParameter", None)
+    base: Any = getattr(_coercion, "RuntimeParam", None)
+    build: Any = getattr(_coercion, "build_runtime_param", None)
+    if param_cls is None or base is None or build is None or "get_runtime_param" not in vars(
+            param_cls) or getattr(param_cls, "_fleet_deferred", False):
+        return
+
+    class DeferredRuntimeParam(base):  # type: ignore[misc]
+        """typer's RuntimeParam contract: `coerce` (inherited) answers None itself."""
+
+        def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
+            info = self.parameter_info
+            if (self.annotation in (str, bool) and type(value) is self.annotation
+                    and getattr(info, "parser", None) is None):
+                return value
+            real = build(param.type_descriptor)
+            param._runtime_param = real  # from now on, typer's own
+            return real._coerce_value(value, param=param, ctx=ctx)
+
+    def get_runtime_param(self: Any) -> Any:
+        if self._runtime_param is None:
+            desc = self.type_descriptor
+            if desc.file_annotation is not None:
+                self._runtime_param = build(desc)
+            else:
+                self._runtime_param = DeferredRuntimeParam(
+                    parameter_info=desc.parameter_info, annotation=desc.annotation)
+        return self._runtime_param
+
+    param_cls.get_runtime_param = get_runtime_param
+    param_cls._fleet_deferred = True
