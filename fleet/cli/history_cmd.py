@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -119,3 +120,79 @@ def hosts(
         table.add_row(esc(x.name), esc(x.pool), str(x.gpu_count), esc(x.gpu_model or "-"),
                       x.last_seen.strftime("%Y-%m-%d %H:%M:%S"))
     console.print(table)
+
+
+def _option_of(loc: tuple[int | str, ...]) -> str:
+    """The command-line option a retention setting's error is about."""
+    if loc and loc[0] in ("raw_weeks", "rollup_weeks"):
+        return "--" + str(loc[0]).replace("_", "-")
+    return "--raw-weeks/--rollup-weeks"
+
+
+@app.command()
+def prune(
+    ctx: typer.Context,
+    matrix: Annotated[Path | None, typer.Option(
+        "--matrix", "-m", help="Version matrix whose hygiene.retention policy applies "
+        "(default: 13 weeks raw, 104 weeks of rollups).", envvar="FLEET_MATRIX")] = None,
+    raw_weeks: Annotated[int | None, typer.Option(
+        "--raw-weeks", metavar="WEEKS", help="Whole weeks of raw samples to keep (at least 6), "
+        "instead of the policy's.")] = None,
+    rollup_weeks: Annotated[str | None, typer.Option(
+        "--rollup-weeks", metavar="WEEKS|forever", help="Weeks of weekly rollups to keep, or "
+        "'forever', instead of the policy's.")] = None,
+    dry: Annotated[bool, typer.Option(
+        "--dry", help="Say what would be pruned; change nothing.")] = False,
+    json: JsonFlag = False,
+) -> None:
+    """Fold GPU samples older than the raw retention into weekly rollups, expire old rollups
+    and old snapshots, in one transaction (a second run changes nothing)."""
+    from datetime import UTC, date, datetime
+
+    from pydantic import ValidationError
+
+    from fleet.domain.matrix.retention_settings import RetentionSettings
+    from fleet.domain.retention import RetentionPolicy
+    from fleet.errors import BadInput, Problem
+    from fleet.history.retention import prune as do_prune
+
+    base = RetentionSettings()
+    if matrix is not None:
+        from fleet.domain.matrix.loader import load_matrix
+
+        base = load_matrix(matrix, today=date.today()).matrix.hygiene.retention
+    override: dict[str, Any] = {}
+    if raw_weeks is not None:
+        override["raw_weeks"] = raw_weeks
+    if rollup_weeks is not None:
+        override["rollup_weeks"] = (rollup_weeks if rollup_weeks == "forever"
+                                    else int(rollup_weeks) if rollup_weeks.isdigit()
+                                    else rollup_weeks)
+    try:
+        chosen = RetentionSettings.model_validate({**base.model_dump(), **override})
+    except ValidationError as e:
+        raise BadInput([Problem(None, None, _option_of(err["loc"]), err["msg"])
+                        for err in e.errors()]) from None
+    policy = RetentionPolicy(raw_weeks=chosen.raw_weeks,
+                             rollup_weeks=chosen.rollup_weeks_or_none)
+    with _open_existing(ctx) as h:
+        result = do_prune(h, policy, now=datetime.now(UTC), dry=dry)
+        where = h.display_url
+    if json:
+        emit_json({"db": where, **result.as_dict()})
+        return
+    verb = "would fold" if dry else "folded"
+    keep = "forever" if policy.rollup_weeks is None else f"{policy.rollup_weeks} weeks"
+    console.print(
+        f"history {where}: raw samples kept {policy.raw_weeks} weeks (up to "
+        f"{result.raw_cutoff:%Y-%m-%d %H:%M} UTC rolled up), weekly rollups kept {keep}",
+        markup=False)
+    if not result.changed:
+        console.print("nothing to prune", markup=False)
+        return
+    console.print(
+        f"{verb} {result.samples_rolled_up} sample(s) into {result.rollups_added} new and "
+        f"{result.rollups_merged} existing weekly rollup(s); "
+        f"{'would expire' if dry else 'expired'} {result.rollups_expired} rollup(s); "
+        f"{'would delete' if dry else 'deleted'} {result.snapshots_deleted} snapshot(s) and "
+        f"{result.findings_deleted} finding(s)", markup=False)

@@ -229,3 +229,34 @@ class Event(SQLModel, table=True):
     subject: str = ""
     message: str = ""
     data: dict[str, Any] = _json_dict()
+
+
+class GpuRollup(SQLModel, table=True):
+    """One GPU board's samples of one epoch week, once pruned (`fleet.domain.retention`).
+
+    Times are epoch seconds (the trend analysis's unit); `first`, `last`, `end_known` and
+    `first_known` are lists in the order of `fleet.domain.retention.COUNTERS`; `breaks` holds
+    [t, *counters] rows around resets (NULL when the week had none). `uuid` is "" when the
+    board had none.
+    """
+
+    __tablename__ = "gpu_rollups"
+    __table_args__ = (
+        UniqueConstraint("host_id", "gpu_index", "week", "uuid", name="uq_gpu_rollups_key"),
+        Index("ix_gpu_rollups_week", "week"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    host_id: int = Field(foreign_key="hosts.id", ondelete="CASCADE")
+    gpu_index: int
+    week: int
+    uuid: str = ""
+    t_first: float
+    t_last: float
+    count: int
+    first: list[Any] = Field(default_factory=list, sa_type=JSONType, nullable=False)
+    last: list[Any] = Field(default_factory=list, sa_type=JSONType, nullable=False)
+    end_known: list[Any] = Field(default_factory=list, sa_type=JSONType, nullable=False)
+    xid_counts: dict[str, int] = Field(default_factory=dict, sa_type=JSONType, nullable=False)
+    first_known: list[Any] | None = Field(default=None, sa_type=JSONType, nullable=True)
+    breaks: list[Any] | None = Field(default=None, sa_type=JSONType, nullable=True)

@@ -249,6 +249,8 @@ def iter_gpu_series(
     from sqlalchemy import Float, Text, cast
     from sqlalchemy import select as sa_select
 
+    from fleet.history.retention import rollup_series, with_rollups
+
     with history.read() as s:
         host_rows = s.exec(select(Host.id, Host.name, Host.pool, Host.gpu_model)).all()
         wanted = set(hosts) if hosts is not None else None
@@ -259,6 +261,10 @@ def iter_gpu_series(
         t = GpuSample.__table__.c  # type: ignore[attr-defined]
         conn = s.connection()
         bounds = [(">=", since, "since"), ("<=", until, "until")]
+        # weeks pruned into rollups (fleet.history.retention) come first, as sample rows
+        old = rollup_series(conn, since=since.timestamp() if since else None,
+                            until=until.timestamp() if until else None,
+                            host_ids=None if wanted is None else [h for h in names if h])
         if history.dialect == "sqlite":
             to_db = t.taken_at.type._cached_bind_processor(conn.dialect)
             where, params = [], []
@@ -300,12 +306,16 @@ def iter_gpu_series(
                 if k != key:
                     if rows and key is not None and key[0] in names:
                         n = names[key[0]]
-                        yield (n[0], n[1], key[1], n[2]), rows
+                        yield (n[0], n[1], key[1], n[2]), with_rollups(old.pop(key, None), rows)
                     key, rows = k, []
                 rows.append(tuple(r[2:]))
         if rows and key is not None and key[0] in names:
             n = names[key[0]]
-            yield (n[0], n[1], key[1], n[2]), rows
+            yield (n[0], n[1], key[1], n[2]), with_rollups(old.pop(key, None), rows)
+        for (host_id, gpu_index), only_old in sorted(old.items()):
+            if host_id in names:  # every raw sample of this GPU pruned: its rollups alone
+                n = names[host_id]
+                yield (n[0], n[1], gpu_index, n[2]), only_old
 
 
 # ------------------------------------------------------------------------------- quarantine

@@ -259,6 +259,14 @@ def run_hygiene(
                  f"hygiene: {len(report.non_conformant)} non-conformant of {len(drift)}, "
                  f"{len(trends.flagged())} GPU(s) flagged, {len(plan.proposals)} proposal(s)",
                  report.summary(), actor=actor, at=now)
+    keep = matrix.hygiene.retention
+    if keep.prune_after_hygiene:  # after the audit read its trends; records history.prune
+        from fleet.domain.retention import RetentionPolicy
+        from fleet.history.retention import prune
+
+        say("pruning the history")
+        prune(history, RetentionPolicy(keep.raw_weeks, keep.rollup_weeks_or_none), now=now,
+              actor=actor)
     return report
 
 

@@ -20,6 +20,7 @@ from typing import Annotated, Literal
 from pydantic import Field, PlainValidator
 
 from fleet.domain.matrix.base import Model as _Model
+from fleet.domain.matrix.retention_settings import RetentionSettings
 
 DCGM_LEVELS = (1, 2, 3, 4)
 MAX_SAMPLES = 1_000_000
@@ -60,6 +61,7 @@ class HygieneSettings(_Model):
     """The weekly hygiene job (`fleet hygiene run`)."""
 
     benchmark: HygieneBenchmark = HygieneBenchmark()
+    retention: RetentionSettings = RetentionSettings()
     dcgm_diag_level: int = Field(
         default=1, ge=1, le=4,
         description="`dcgmi diag -r N` level when the synthetic benchmark runs through DCGM: "

@@ -21,7 +21,8 @@ from fleet.history.migrate import (
 )
 
 TABLES = {"hosts", "snapshots", "gpu_samples", "findings", "benchmark_runs", "benchmark_samples",
-          "rollouts", "waves", "host_steps", "quarantines", "events", "alembic_version"}
+          "rollouts", "waves", "host_steps", "quarantines", "events", "alembic_version",
+          "gpu_rollups"}
 
 
 def test_one_linear_head() -> None:

@@ -39,7 +39,8 @@ UNREADABLE_TOGETHER = (("ecc_corrected_volatile", "ecc_uncorrected_volatile"),
 def gen_series(seed: int, *, weeks: int = 53, per_day: float = 1.0, hot: bool = False,
                swap: bool = False, reset_share: float = 0.1) -> list[tuple[Any, ...]]:
     """One GPU's samples over `weeks` weeks before NOW: cumulative counters with random growth
-    (bursts when `hot`), resets only at a week's first sample (a weekly maintenance reboot),
+    (bursts when `hot`), resets at a week's first sample (a weekly maintenance window) and at
+    random reboots,
     Xid deltas, occasional unreadable counters, a board swap halfway when `swap`."""
     rnd = random.Random(seed)
     vals = dict.fromkeys(CUMULATIVE, 0)
@@ -58,9 +59,11 @@ def gen_series(seed: int, *, weeks: int = 53, per_day: float = 1.0, hot: bool = 
         last_week = w
         if swap and uuid == "GPU-a" and t > NOW - weeks * WEEK_S / 2 and new_week:
             uuid, vals = "GPU-b", dict.fromkeys(CUMULATIVE, 0)
+        reboot = rnd.random() < reset_share / 2  # any time: volatile ECC, AER, replay restart
         for c in CUMULATIVE:
             if new_week and rnd.random() < reset_share and c.endswith("volatile") or (
-                    new_week and rnd.random() < reset_share / 2 and c.startswith(("aer", "pcie"))):
+                    new_week and rnd.random() < reset_share / 2 and c.startswith(("aer", "pcie"))
+            ) or reboot and c.endswith("volatile") or reboot and c.startswith(("aer", "pcie")):
                 vals[c] = 0
             if rnd.random() < 0.4:
                 vals[c] += rnd.randint(0, rates[c] * 3)
@@ -157,14 +160,16 @@ def test_unaligned_now_keeps_recent_weeks_and_verdicts() -> None:
         assert verdicts(a) == verdicts(b)
 
 
-def test_rollup_keeps_first_last_max_count_and_xid_sums() -> None:
+def test_rollup_keeps_first_last_count_and_xid_sums() -> None:
     rows = [r for r in gen_series(7, weeks=1, per_day=4.0) if week_of(r[0]) == week_of(NOW)]
     (ru,) = roll_up(rows)
     assert ru.count == len(rows) and ru.t_first == rows[0][0] and ru.t_last == rows[-1][0]
     assert ru.first == list(rows[0][2:-1]) and ru.last == list(rows[-1][2:-1])
     xid_total = sum(sum(x.values()) for x in (r[-1] for r in rows))
     assert sum(ru.xid_counts.values()) == xid_total
-    assert len(expand(ru)) <= 3
+    assert ru.end_known == [v if v is not None else ru.end_known[i]
+                            for i, v in enumerate(rows[-1][2:-1])]
+    assert len(expand(ru)) <= 4 + len(ru.breaks)
 
 
 def test_a_reset_inside_a_week_still_counts_its_growth() -> None:
