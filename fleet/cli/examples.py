@@ -72,6 +72,9 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
                         "fleet --db /var/lib/fleet/fleet.db history migrate --json"),
     "history events": ("fleet history events", "fleet history events --kind rollback -n 5 --json"),
     "history hosts": ("fleet history hosts", "fleet history hosts -l h100 --json"),
+    "history prune": ("fleet history prune --dry",
+                      "fleet history prune -m matrices/example.yaml --json",
+                      "fleet history prune --raw-weeks 8 --rollup-weeks forever"),
     # ------------------------------------------------------------------ facts, logs
     "facts": ("fleet facts parse nvidia-smi-q.xml",),
     "facts parse": ("fleet facts parse nvidia-smi-q.xml", "fleet facts parse *.csv --json"),
