@@ -191,3 +191,26 @@ def test_cli_prune_json_and_bad_policy(year_db: Path, tmp_path: Path) -> None:
     assert isinstance(r.exception, BadInput) and "--rollup-weeks" in str(r.exception)
     r = runner.invoke(app, ["--db", str(tmp_path / "missing.db"), "history", "prune"])
     assert r.exit_code != 0 and not (tmp_path / "missing.db").exists()
+
+
+def test_the_weekly_hygiene_run_prunes_after_its_audit(tmp_path: Path) -> None:
+    """Old samples (another controller's, 20 weeks back) are rolled up by the weekly run on the
+    simulated fleet; with prune_after_hygiene off they stay."""
+    from fleet.domain.matrix.loader import load_matrix
+    from fleet.jobs.hygiene import run_hygiene
+    from fleet.sim import SimFleet
+
+    root = Path(__file__).resolve().parents[3]
+    matrix = load_matrix(root / "matrices" / "example.yaml").matrix
+    off = matrix.model_copy(update={"hygiene": matrix.hygiene.model_copy(update={
+        "retention": matrix.hygiene.retention.model_copy(update={"prune_after_hygiene": False})})})
+    for m, pruned_expected in ((off, False), (matrix, True)):
+        sim = SimFleet.build(m, pools={"h100": 2}, seed=3)
+        with open_history(str(tmp_path / f"{pruned_expected}.db")) as h:
+            old = NOW_DT - dt.timedelta(weeks=20)
+            add_snapshot(h, "old-host", taken_at=old, source="nvml",
+                         gpus=[{"gpu_index": 0, "uuid": "GPU-old", "ecc_corrected_aggregate": 3}])
+            run_hygiene(sim, sim.scheduler(), h, m, now=NOW_DT, actor="t", benchmark=False)
+            assert count(h, GpuRollup) == (1 if pruned_expected else 0)
+            assert len(list_events(h, kind="history.prune")) == (1 if pruned_expected else 0)
+            assert count(h, GpuSample) > 0  # this run's samples stay raw
