@@ -214,3 +214,30 @@ def test_the_weekly_hygiene_run_prunes_after_its_audit(tmp_path: Path) -> None:
             assert count(h, GpuRollup) == (1 if pruned_expected else 0)
             assert len(list_events(h, kind="history.prune")) == (1 if pruned_expected else 0)
             assert count(h, GpuSample) > 0  # this run's samples stay raw
+
+
+def test_matrix_retention_block_and_its_errors(tmp_path: Path) -> None:
+    """The policy comes from the matrix's hygiene.retention; a wrong value names file, line
+    and field, and the CLI uses the matrix's policy."""
+    from fleet.domain.matrix.loader import parse_matrix
+
+    root = Path(__file__).resolve().parents[3]
+    text = (root / "matrices" / "example.yaml").read_text()
+    good = text + "\nhygiene:\n  retention:\n    raw_weeks: 8\n    rollup_weeks: forever\n"
+    assert "\nhygiene:" not in text  # the example has no hygiene block of its own
+    m = parse_matrix(good, "good.yaml").matrix
+    assert (m.hygiene.retention.raw_weeks, m.hygiene.retention.rollup_weeks_or_none) == (8, None)
+    bad = text + "\nhygiene:\n  retention:\n    raw_weeks: 8\n    rollup_weeks: 4\n"
+    with pytest.raises(BadInput) as e:
+        parse_matrix(bad, "bad.yaml")
+    msg = str(e.value)
+    assert "bad.yaml:" in msg and "retention" in msg and "rollup_weeks (4)" in msg
+    path = tmp_path / "m.yaml"
+    path.write_text(good)
+    with open_history(str(tmp_path / "f.db")) as h:
+        fill(h, weeks=12)
+    r = runner.invoke(app, ["--db", str(tmp_path / "f.db"), "history", "prune", "-m", str(path),
+                            "--dry", "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert (doc["raw_weeks"], doc["rollup_weeks"]) == (8, None) and doc["samples_rolled_up"] > 0
