@@ -12,8 +12,8 @@ samples therefore reduces to:
   readable value of each counter the first sample could not read;
 - around each reset the trend would read inside the week, the state just before it and the
   sample that reset (usually none: a reboot or driver reload resets volatile ECC, AER and replay);
-- each counter's last readable value at the end of the week (first, last and max of a counter,
-  as the brief put it, are these with the resets) and the last sample;
+- each counter's last readable value at the end of the week and the last sample (a counter's
+  first, last and maximum readings in the week, with its resets, come down to these);
 - the summed Xid counts and the sample count.
 `expand` turns a rollup back into these few sample rows, and `analyze_gpu` reads them exactly as
 it reads the raw week when the trend's weeks line up with the rollup weeks (weeks end on the

@@ -270,12 +270,6 @@ def rollup_series(conn: Connection, *, since: float | None, until: float | None,
     return {k: v for k, v in out.items() if v}
 
 
-def rollup_count(history: History) -> int:
-    with history.read() as s:
-        gr = GpuRollup.__table__  # type: ignore[attr-defined]
-        return int(s.connection().execute(select(func.count()).select_from(gr)).scalar_one())
-
-
 def with_rollups(old: list[tuple[Any, ...]] | None,
                  rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
     """Rollup rows before raw rows, in time order (a late raw sample may predate a rollup)."""
