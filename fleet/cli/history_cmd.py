@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -11,10 +11,10 @@ from rich.table import Table
 from fleet.cli.output import console, emit_json, esc
 from fleet.cli.selection import Limit, PoolAlias
 from fleet.cli.selection import check as check_selectors
-from fleet.domain.ports import HostRef
-from fleet.history import History, list_events, list_hosts, open_history
-from fleet.history.migrate import current_revision, head_revision, upgrade
-from fleet.history.models import Event, Host
+
+if TYPE_CHECKING:  # the history layer (SQLAlchemy, Alembic) loads inside the commands
+    from fleet.history import History
+    from fleet.history.models import Event, Host
 
 app = typer.Typer(help="The history database: migrate it, read events and hosts.",
                   no_args_is_help=True)
@@ -35,12 +35,17 @@ OldLimit = Annotated[int | None, typer.Option(
 
 def _open_existing(ctx: typer.Context) -> History:
     """Reports never create a database: a typo in --db should say so, not show an empty one."""
+    from fleet.history import open_history
+
     return open_history(_db(ctx), create=False)
 
 
 @app.command()
 def migrate(ctx: typer.Context, json: JsonFlag = False) -> None:
     """Create the database if needed and upgrade its schema to the latest revision."""
+    from fleet.history import open_history
+    from fleet.history.migrate import current_revision, head_revision, upgrade
+
     with open_history(_db(ctx), migrate=False) as h:
         before = current_revision(h)
         changed = upgrade(h)
@@ -76,6 +81,8 @@ def events(
     old_limit: OldLimit = None,
 ) -> None:
     """The event log, newest first: who did what, when and why."""
+    from fleet.history import list_events
+
     with _open_existing(ctx) as h:
         rows = list_events(h, limit=old_limit or last, kind=kind)
     if json:
@@ -100,7 +107,9 @@ def hosts(
 ) -> None:
     """Every host the history knows, by pool (exit 2 when a --limit value matches none)."""
     from fleet.cli.selection import given, values
+    from fleet.domain.ports import HostRef
     from fleet.domain.selection import select
+    from fleet.history import list_hosts
 
     selectors = given(limit, pool)
     with _open_existing(ctx) as h:

@@ -1,0 +1,99 @@
+"""Start-up stays cheap (issue 17, point 3): building the app for `--help` imports no heavy library.
+
+Every `fleet` command builds the typer app before it runs, so a module-level import of the
+history (SQLAlchemy, sqlmodel, Alembic), pyinfra, fabric, numpy/scipy or pydantic in any command
+module slows every command, `--help` included (0.7 s before, about 0.15 s after on the 2-core
+machine: benchmarks/startup.py, docs/benchmarks.md). Each case runs `fleet.cli.app.run` in a
+fresh interpreter and reads `sys.modules` when it is done; a new module-level import of one of
+these fails here, naming the command line and the module.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+
+# what a command imports when it runs, never to build the app or print help
+HEAVY = ("sqlalchemy", "sqlmodel", "alembic", "pyinfra", "fabric", "paramiko", "invoke",
+         "gevent", "numpy", "scipy", "pydantic", "yaml")
+
+# runs fleet's entry point as the console script does, then reports what was imported
+PROBE = textwrap.dedent("""
+    import json, sys
+    extra, args = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+    for name in extra:
+        __import__(name)
+    from fleet.cli.app import run
+    try:
+        run(args)
+    except SystemExit as exc:
+        code = exc.code
+    heavy = sorted({m.split(".")[0] for m in sys.modules} & set(json.loads(sys.argv[3])))
+    print("\\n" + json.dumps({"code": code, "heavy": heavy}), file=sys.stderr)
+""")
+
+
+def _start(args: list[str], extra: tuple[str, ...] = ()) -> tuple[int, list[str], str]:
+    """(exit code, heavy top-level packages imported, stdout) of `fleet ARGS`."""
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, json.dumps(list(extra)), json.dumps(args),
+         json.dumps(HEAVY)],
+        capture_output=True, text=True, cwd=ROOT, timeout=120,
+        env={"PATH": "/usr/bin:/bin", "COLUMNS": "100", "HOME": str(ROOT)},
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stderr.strip().splitlines()[-1])
+    return report["code"], report["heavy"], done.stdout
+
+
+@pytest.mark.parametrize("args", [
+    ["--help"],
+    ["--version"],
+    ["probe", "--help"],
+    ["check", "--help"],
+    ["apply", "--help"],
+    ["matrix", "check", "--help"],
+    ["history", "--help"],
+    ["history", "events", "--help"],
+    ["rollout", "start", "--help"],
+    ["hygiene", "--help"],
+    ["lab", "up", "--help"],
+    ["bench", "--help"],
+    ["facts", "parse", "--help"],
+    ["logs", "parse", "--help"],
+], ids=" ".join)
+def test_help_and_version_import_no_heavy_library(args: list[str]) -> None:
+    code, heavy, out = _start(args)
+    assert code == 0, out
+    assert ("Usage:" in out) if "--help" in args else out.startswith("fleet ")
+    assert heavy == [], (f"`fleet {' '.join(args)}` imported {', '.join(heavy)} while building "
+                         "the app: import it inside the command that uses it (fleet/cli/lazy.py)")
+
+
+def test_the_check_sees_a_heavy_import() -> None:
+    """The same harness, with the history imported as a command module used to: it is seen."""
+    code, heavy, _ = _start(["probe", "--help"], extra=("fleet.history",))
+    assert code == 0
+    assert {"sqlalchemy", "sqlmodel", "pydantic"} <= set(heavy)
+
+
+def test_a_command_still_loads_what_it_uses(tmp_path: Path) -> None:
+    """Deferred imports happen: `matrix check` on a real matrix loads pydantic and yaml; the
+    `--db` string (answered without typer's pydantic coercion) reaches the command unchanged;
+    a bad value of an option typer coerces (an int) is still refused with exit 2."""
+    code, heavy, out = _start(["matrix", "check", str(ROOT / "matrices" / "example.yaml")])
+    assert code == 0, out
+    assert {"pydantic", "yaml"} <= set(heavy)
+    db = tmp_path / "h story.db"
+    code, _, out = _start(["--db", str(db), "history", "migrate", "--json"])
+    assert code == 0, out
+    assert db.is_file() and str(db) in json.loads(out)["db"]
+    code, _, out = _start(["--db", str(db), "history", "events", "--last", "zero"])
+    assert code == 2, out
