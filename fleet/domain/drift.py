@@ -61,6 +61,8 @@ class DriftInput:
     error: str | None = None
     unattended_excluded: frozenset[str] | None = None
     """Package names unattended-upgrades is told to leave alone, when the probe reports it."""
+    in_flight: str | None = None
+    """What an unfinished rollout is doing to the host (it is moving on purpose, not drift)."""
 
 
 @dataclass
@@ -74,6 +76,8 @@ class HostDrift:
     golden: str | None
     differences: list[Difference] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    in_flight: str | None = None
+    """Set when a rollout is moving the host: its differences are reported, not drift."""
 
     @property
     def behind_golden(self) -> bool:
@@ -85,6 +89,7 @@ class HostDrift:
             "conformant": self.conformant, "release": self.release, "golden": self.golden,
             "behind_golden": self.behind_golden,
             "differences": [d.as_dict() for d in self.differences], "notes": list(self.notes),
+            "in_flight": self.in_flight,
         }
 
 
@@ -136,7 +141,7 @@ def audit_host(inp: DriftInput, matrix: Matrix) -> HostDrift:
     except KeyError:  # the loader rejects this; be defensive anyway
         golden = None
     out = HostDrift(inp.host, pool, inp.reachable, False, None,
-                    golden.name if golden else None)
+                    golden.name if golden else None, in_flight=inp.in_flight)
     diffs, notes = out.differences, out.notes
     if pool is None or pool not in matrix.pools:
         notes.append(f"pool {pool!r} not in the matrix: judged against the default golden")
@@ -250,7 +255,8 @@ def summarize(drifts: Iterable[HostDrift]) -> Mapping[str, Any]:
     return {
         "hosts": len(rows),
         "conformant": sum(d.conformant for d in rows),
-        "non_conformant": sum(not d.conformant for d in rows),
+        "non_conformant": sum(not d.conformant and d.in_flight is None for d in rows),
+        "in_flight": sum(not d.conformant and d.in_flight is not None for d in rows),
         "unreachable": sum(not d.reachable for d in rows),
         "behind_golden": sum(d.behind_golden for d in rows),
     }

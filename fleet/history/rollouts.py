@@ -22,11 +22,13 @@ from sqlalchemy import bindparam, insert, update
 from sqlmodel import Session, col, select
 
 from fleet.errors import CouldNotComplete
+from fleet.history.controllers import ACTIVE as _ACTIVE
+from fleet.history.controllers import holders_in, lost_reason, serialise_starts
 from fleet.history.engine import History
 from fleet.history.events import require_aware
 from fleet.history.models import Event, Host, HostStep, Rollout, Wave
 
-ACTIVE = ("running", "paused", "aborting", "rolling_back")
+ACTIVE = _ACTIVE
 """Statuses of a rollout that is not finished: it holds its pools."""
 
 
@@ -34,9 +36,11 @@ class LockHeld(CouldNotComplete):
     """Another rollout holds the pool, or this rollout's lock belongs to a live controller, or
     to a dead one (`stale`: taken over only with --force)."""
 
-    def __init__(self, message: str, *, stale: bool = False) -> None:
+    def __init__(self, message: str, *, stale: bool = False,
+                 holders: Sequence[Any] = ()) -> None:
         super().__init__(message)
         self.stale = stale
+        self.holders = list(holders)  # controllers.Holder: who holds the pools asked for
 
 
 class LockLost(CouldNotComplete):
@@ -121,19 +125,21 @@ def create_rollout(
 ) -> int:
     """Record a new rollout, its waves and one `planned` step per host, holding its lock.
 
-    `waves`: (pool, [(host, to_release), ...]) in execution order. Refused (`LockHeld`) when an
-    unfinished rollout (running, paused) covers one of `pools`: finish, resume or abort it first.
-    Checked and written in one transaction, so two starts cannot both win.
+    `waves`: (pool, [(host, to_release), ...]) in execution order. Refused (`LockHeld`, naming
+    the controller that holds it, since when, its last heartbeat) when an unfinished rollout
+    (running, paused) covers one of `pools`. Checked and written in one transaction, serialised
+    across controllers (an advisory lock on PostgreSQL), so two starts cannot both win.
     """
     when = require_aware(at, "at")
     beat = require_aware(wall, "wall")
     info = dict(host_info or {})
     with history.write() as s:
-        busy = _busy(s, pools)
+        serialise_starts(s, history.dialect)
+        busy = holders_in(s, pools)
         if busy:
-            rid, status, shared = busy[0]
-            raise LockHeld(f"rollout {rid} is {status} on pool(s) {', '.join(shared)}: "
-                           f"`fleet rollout resume {rid}`, `promote` or `abort` it first")
+            h = busy[0]
+            raise LockHeld(f"refused: {h.describe(beat)}; wait for it, or `fleet rollout "
+                           f"resume|promote|abort {h.rollout_id}`", holders=busy)
         ro = Rollout(matrix_path=matrix_path, release=release, scope=",".join(pools),
                      status="running", started_by=started_by, started_at=when,
                      lock_owner=owner, lock_pid=pid, lock_heartbeat=beat)
@@ -311,13 +317,14 @@ def write_steps(
     """
     when = require_aware(at, "at")
     with history.write() as s:
-        ro = s.get(Rollout, rollout_id)
+        ro = s.get(Rollout, rollout_id, with_for_update=True)
         if ro is None:
             raise CouldNotComplete(f"no rollout {rollout_id} in the history")
         if lock is not None:
             if (ro.lock_owner, ro.lock_pid) != lock:
                 raise LockLost(f"rollout {rollout_id}: the lock was taken over by "
-                               f"{ro.lock_owner} (pid {ro.lock_pid}); this controller stops")
+                               f"{ro.lock_owner} (pid {ro.lock_pid})"
+                               f"{lost_reason(s, rollout_id)}; this controller stops")
             ro.lock_heartbeat = require_aware(wall or when, "wall")
         if steps:
             s.connection().execute(_step_update(), [
@@ -363,7 +370,7 @@ def take_lock(
 
     beat = require_aware(wall, "wall")
     with history.write() as s:
-        ro = s.get(Rollout, rollout_id)
+        ro = s.get(Rollout, rollout_id, with_for_update=True)
         if ro is None:
             raise CouldNotComplete(f"no rollout {rollout_id} in the history")
         age = ((beat - ro.lock_heartbeat).total_seconds()
@@ -400,7 +407,7 @@ def take_lock(
 def release_lock(history: History, rollout_id: int, owner: str, pid: int) -> None:
     """Drop the lock if it is still ours."""
     with history.write() as s:
-        ro = s.get(Rollout, rollout_id)
+        ro = s.get(Rollout, rollout_id, with_for_update=True)
         if ro is not None and (ro.lock_owner, ro.lock_pid) == (owner, pid):
             ro.lock_owner = ro.lock_pid = ro.lock_heartbeat = None
             s.add(ro)
@@ -412,7 +419,7 @@ def request_status(history: History, rollout_id: int, status: str, *, at: dt.dat
                    allowed_from: Sequence[str] = ACTIVE) -> str:
     """Set a rollout's status (an operator's decision) with its event; returns the old status."""
     with history.write() as s:
-        ro = s.get(Rollout, rollout_id)
+        ro = s.get(Rollout, rollout_id, with_for_update=True)
         if ro is None:
             raise CouldNotComplete(f"no rollout {rollout_id} in the history")
         old = ro.status

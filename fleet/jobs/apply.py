@@ -9,11 +9,12 @@ at 3 a.m. must not wait for a benchmark.
 
 from __future__ import annotations
 
+import os
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from fleet.domain.checks import Finding, Severity, run_checks
@@ -119,21 +120,28 @@ def pin_hosts(
     is changed, drained or recorded, and `history` may be None (no history file yet: no
     rollout can hold a pool).
     """
-    from fleet.history.rollouts import active_rollouts
+    from fleet.history import controllers as ctl
 
     say = on_progress or (lambda host, what: None)
     refs = {r.name: r for r in backend.hosts()}
     pools = {p for n in targets if n in refs and (p := refs[n].pool)}
-    locked = ({p: rid for rid, _, shared in active_rollouts(history, pools) for p in shared}
-              if history is not None else {})
+    held = ctl.holders(history, pools) if history is not None else []
+    locked = {p: h.rollout_id for h in held for p in h.pools}
+    told = {p: h.describe(now()) for h in held for p in h.pools}
     if not dry and history is None:
         raise ValueError("pinning hosts records what it does: it needs a history")
+    lease: tuple[str, int] | None = None
     if locked and force and not dry:
         assert history is not None
         record_event(history, f"{kind}.force", ",".join(sorted(locked)),
                      f"{kind} forced over active rollout(s) "
                      + ", ".join(f"{rid} ({p})" for p, rid in sorted(locked.items())),
-                     {"rollouts": locked, "reason": reason}, actor=actor, at=now())
+                     {"rollouts": locked, "reason": reason,
+                      "holders": [h.as_dict() for h in held]}, actor=actor, at=now())
+        # the rollouts' controllers stop at their next step (recorded as rollout.preempt)
+        lease = (f"{actor or 'fleet'}@{ctl.controller_name()}", os.getpid())
+        ctl.preempt(history, sorted(locked), owner=lease[0], pid=lease[1], actor=actor or "",
+                    reason=reason, kind=kind, at=now(), wall=datetime.now(UTC))
     results = {name: HostApply(name, refs[name].pool if name in refs else None, rel.name)
                for name, rel in targets.items()}
     by_release: dict[str, list[str]] = defaultdict(list)
@@ -143,8 +151,7 @@ def pin_hosts(
             res.outcome, res.error = "refused", "not in the inventory"
         elif (pool := refs[name].pool) is not None and pool in locked and not force:
             res.outcome = "refused"
-            res.error = (f"pool {pool} is under rollout {locked[pool]}; "
-                         "finish or abort it, or pass --force")
+            res.error = f"{told[pool]}; finish or abort it, or pass --force"
         elif (why := refusal(matrix, rel, refs[name])) is not None:
             res.outcome, res.error = "refused", why
         else:
@@ -239,6 +246,8 @@ def pin_hosts(
                      f"{res.outcome}: {res.from_release or 'unknown'} -> {res.to_release}"
                      + (f" ({res.error})" if res.error else ""),
                      {**res.as_dict(), "reason": reason}, actor=actor, at=now())
+    if lease is not None:  # the preempted rollouts stay paused: resume or abort them
+        ctl.release(history, set(locked.values()), *lease)
     return [results[n] for n in targets]
 
 

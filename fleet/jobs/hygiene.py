@@ -25,7 +25,7 @@ from __future__ import annotations
 import datetime as dt
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from fleet.domain.checks import Finding, expectations_for, run_checks
@@ -45,6 +45,7 @@ from fleet.history import (
     os_actor,
     record_event,
 )
+from fleet.history.controllers import in_flight_hosts
 from fleet.jobs.hygiene_bench import BENCH_NAME as BENCH_NAME
 from fleet.jobs.hygiene_bench import BenchJudge as BenchJudge
 from fleet.jobs.hygiene_bench import PoolBenchmark as PoolBenchmark
@@ -94,7 +95,13 @@ class HygieneReport:
 
     @property
     def non_conformant(self) -> list[HostDrift]:
-        return [d for d in self.drift if not d.conformant]
+        """Drifted hosts: not conformant and not being moved by a rollout."""
+        return [d for d in self.drift if not d.conformant and d.in_flight is None]
+
+    @property
+    def in_flight(self) -> list[HostDrift]:
+        """Hosts a rollout (on any controller) is moving: reported, not counted as drift."""
+        return [d for d in self.drift if not d.conformant and d.in_flight is not None]
 
     def problems(self) -> list[str]:
         out = [f"{d.host}: " + ("; ".join(str(x) for x in d.differences))
@@ -184,9 +191,10 @@ def run_hygiene(
                                                       if hosts else ""))
     pools = {r.name: r.pool or "" for r in all_refs}
 
-    # 1. probe and record
+    # 1. probe and record; hosts a rollout moves before or during the probe are in flight
     say(f"probing {len(refs)} host(s)")
     names = [r.name for r in refs]
+    moving = in_flight_hosts(history, names)
     answers = backend.probe(names, since=kernel_cursors(history, names))
     inputs: list[DriftInput] = []
     findings: dict[str, list[Finding]] = {}
@@ -210,7 +218,8 @@ def run_hygiene(
 
     # 2. drift
     say("auditing drift")
-    drift = audit(inputs, matrix)
+    moving.update(in_flight_hosts(history, names))
+    drift = audit([replace(i, in_flight=moving.get(i.host)) for i in inputs], matrix)
 
     # 3. trends
     say("reading trends from the history")
@@ -256,7 +265,9 @@ def run_hygiene(
              "opened_by": q.opened_by} for q, h in list_quarantines(history)],
     )
     record_event(history, "hygiene.run", ",".join(hosts or []) or "all",
-                 f"hygiene: {len(report.non_conformant)} non-conformant of {len(drift)}, "
+                 f"hygiene: {len(report.non_conformant)} non-conformant of {len(drift)}"
+                 + (f" ({len(report.in_flight)} more in a rollout)" if report.in_flight else "")
+                 + ", "
                  f"{len(trends.flagged())} GPU(s) flagged, {len(plan.proposals)} proposal(s)",
                  report.summary(), actor=actor, at=now)
     keep = matrix.hygiene.retention

@@ -108,7 +108,8 @@ def start_cmd(
 
     def action(engine: Any) -> Any:
         check_pools(named, list(engine.refs.values()), m)
-        fleet = engine.backend._target if isinstance(engine.backend, Saving) else None
+        raw = engine.unfenced_backend
+        fleet = raw._target if isinstance(raw, Saving) else None
         releases: dict[str, str | None] = {}
         unreachable: list[str] = []
         if fleet is not None:

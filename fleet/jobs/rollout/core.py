@@ -4,11 +4,10 @@ after it runs), events, and the health probe the steps share."""
 from __future__ import annotations
 
 import os
-import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from fleet.domain.checks import Finding, Severity
 from fleet.domain.gates import (
@@ -18,6 +17,7 @@ from fleet.domain.matrix.models import Matrix, RolloutSettings
 from fleet.domain.ports import Backend, HostRef, Scheduler
 from fleet.errors import BadInput, CouldNotComplete
 from fleet.history import History, os_actor
+from fleet.history.controllers import check_lock
 from fleet.history.rollouts import (
     EventRow,
     StepRow,
@@ -32,12 +32,14 @@ from fleet.history.rollouts import (
 )
 from fleet.jobs.apply import health_findings
 from fleet.jobs.record import snapshot_row
+from fleet.jobs.rollout.fence import Fenced, guard_for
 from fleet.jobs.rollout.model import (
     RolloutOptions,
     RolloutResult,
     _AbortRequested,
     _pid_alive,
     _wall,
+    controller_name,
 )
 
 
@@ -68,15 +70,19 @@ class EngineCore:
         machine: str | None = None,
         pid_alive: Callable[[int | None], bool] = _pid_alive,
     ) -> None:
-        self.backend, self.scheduler, self.history, self.matrix = backend, scheduler, history, \
-            matrix
+        self.history, self.matrix = history, matrix
+        # every call that reaches a host first checks this controller still holds the lock
+        guard = guard_for(self._lost)
+        self.backend = cast(Backend, Fenced(backend, guard))
+        self.scheduler = cast(Scheduler, Fenced(scheduler, guard))
+        self.unfenced_backend = backend
         self.now, self.sleep, self.wall = now, sleep, wall
         self.actor = actor or os_actor()
         self.opts = options or RolloutOptions()
         self._checkpoint = checkpoint or (lambda label: None)
         self._on_progress = on_progress
         self.pid = pid if pid is not None else os.getpid()
-        self.machine = machine or socket.gethostname()
+        self.machine = machine or controller_name()
         self.owner = f"{self.actor}@{self.machine}"
         self.pid_alive = pid_alive
         self.rid: int | None = None
@@ -88,6 +94,12 @@ class EngineCore:
         self._aborting = False
 
     # ------------------------------------------------------------------------ internals
+    def _lost(self) -> str | None:
+        """Why this controller may no longer touch the rollout's hosts (None: it may)."""
+        if self.rid is None:
+            return None
+        return check_lock(self.history, self.rid, self.owner, self.pid)
+
     @property
     def refs(self) -> dict[str, HostRef]:
         if self._refs is None:

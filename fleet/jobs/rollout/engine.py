@@ -14,6 +14,7 @@ from fleet.history import list_quarantines
 from fleet.history.rollouts import (
     EventRow,
     LockHeld,
+    LockLost,
     WaveRow,
     create_rollout,
     release_lock,
@@ -150,6 +151,12 @@ class RolloutEngine(WaveSteps, BenchGate, Rollbacks):
             ro = self._get(self.rid)
             if ro.status == "aborting":
                 raise _AbortRequested
+            if ro.status == "paused" and not any(w.status == "paused" for w in self.waves):
+                # paused by a forced rollback (preempted), not by a gate: resuming continues
+                self._write([], events=[self._ev("rollout.continue",
+                                                 f"rollout {self.rid} continues after a "
+                                                 f"preemption, by {self.owner}")],
+                            rollout={"status": "running"}, label="continue")
             if ro.status == "rolling_back":
                 wave = next((w for w in reversed(self.waves)
                              if w.status in ("failed", "rolling_back", "rolled_back")), None)
@@ -174,6 +181,9 @@ class RolloutEngine(WaveSteps, BenchGate, Rollbacks):
             result = self._abort_now()
         except _Stop as stop:
             result = self.result(stop.status, stop.reason)
+        except LockLost as lost:  # taken over or preempted: say so, touch nothing more
+            self._record_lost(str(lost))
+            raise
         except (Exception, KeyboardInterrupt):
             # an orderly stop (an error, Ctrl-C): every step is on record, so free the lock;
             # anything else (the process being torn down) leaves it to go stale
@@ -181,6 +191,19 @@ class RolloutEngine(WaveSteps, BenchGate, Rollbacks):
             raise
         release_lock(self.history, self.rid, self.owner, self.pid)
         return result
+
+    def _record_lost(self, why: str) -> None:
+        """The stopping controller's own word, so the history says both sides."""
+        from contextlib import suppress
+
+        from fleet.history import record_event
+
+        assert self.rid is not None
+        with suppress(CouldNotComplete):  # the history is out of reach: the raise says it all
+            record_event(self.history, "rollout.lock.lost", subject_of(self.rid),
+                         f"controller {self.owner} (pid {self.pid}) stopped: {why}",
+                         {"owner": self.owner, "pid": self.pid}, actor=self.actor,
+                         at=self.now())
 
     def _run_wave(self, w: WaveRow) -> None:
         rows = self.by_wave.get(w.id, [])

@@ -15,6 +15,8 @@ from fleet.domain.gates import (
 from fleet.domain.judge import JudgeConfig, MetricSpec
 from fleet.domain.plan import RolloutPlan
 from fleet.domain.ports import AdminState, Scheduler
+from fleet.history.controllers import CONTROLLER_ENV as CONTROLLER_ENV
+from fleet.history.controllers import controller_name as controller_name
 from fleet.history.rollouts import (
     StepRow,
 )
@@ -100,6 +102,7 @@ def _pid_alive(pid: int | None) -> bool:
 
 def _wall() -> datetime:
     return datetime.now(UTC)
+
 
 
 
