@@ -23,7 +23,7 @@ GROUPS: tuple[tuple[str, str], ...] = (
 
 # Modules with top-level commands (`fleet probe`); each exposes `register(app)`.
 TOP_LEVEL: tuple[str, ...] = ("probe_cmd", "apply_cmd", "exec_cmd", "demo_cmd", "node_check_cmd",
-                              "diagnose_cmd")
+                              "diagnose_cmd", "preflight_cmd")
 
 # The top-level commands each of those modules registers (keep in step with their `register`):
 # `fleet.cli.app.run` imports only the module of the command it runs (see `wanted`).
@@ -34,6 +34,7 @@ TOP_LEVEL_COMMANDS: dict[str, str] = {
     "demo": "demo_cmd",
     "node-check": "node_check_cmd",
     "diagnose": "diagnose_cmd",
+    "preflight": "preflight_cmd",
 }
 
 

@@ -57,6 +57,12 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         f"fleet node-check -m {MATRIX}",
         f"fleet node-check -m {MATRIX} --node gpu-01 --no-drain --json",
     ),
+    "preflight": (
+        "fleet preflight --gpus 1 --expect-driver 580",
+        "fleet preflight --onnx m.onnx --providers CUDAExecutionProvider --json",
+        "fleet preflight --onnx m.onnx --providers CUDAExecutionProvider --canary c/",
+        "fleet preflight --emit",
+    ),
     "diagnose": ("fleet diagnose bundle-gpu-07/", f"fleet diagnose -i {INV} gpu-07 --seconds 30"),
     "bundle": (f"fleet bundle collect -i {INV} gpu-07 -o bundle-gpu-07/",),
     "bundle collect": (f"fleet bundle collect -i {INV} gpu-07 -o bundle-gpu-07/",
