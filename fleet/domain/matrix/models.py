@@ -18,6 +18,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field
 
 from fleet.domain.matrix.base import Model as _Model
+from fleet.domain.matrix.frameworks import Frameworks
 from fleet.domain.matrix.hygiene_settings import HygieneSettings
 from fleet.domain.matrix.rollout_settings import CountOrPercent as CountOrPercent
 from fleet.domain.matrix.rollout_settings import DrainSettings as DrainSettings
@@ -118,6 +119,9 @@ class Release(_Model):
     cuda: CudaVersion
     companions: Companions = Companions()
     notes: str = ""
+    frameworks: Frameworks | None = Field(
+        default=None, description="ML frameworks the release's services run with; checked "
+        "against the published tables by fleet.domain.matrix.frameworks.")
 
     @property
     def branch(self) -> str:
