@@ -211,6 +211,36 @@ class DeviceNode(BaseModel):
     char_device: bool = True
 
 
+class ContainerToolkit(_Facts):
+    """The toolkit's config.toml (the settings set in it) and `nvidia-ctk --version`."""
+
+    config_path: str | None = None
+    config: dict[str, Any] | None = None
+    version: str | None = None
+
+
+class CdiSpec(_Facts):
+    """One CDI spec file (/etc/cdi, /var/run/cdi) as the probe summarised it.
+
+    `parsed` is None when the file could not be read or parsed (the reason in `unreadable`).
+    `driver_versions` maps each driver version named by a library it mounts to one such path.
+    """
+
+    path: str
+    parsed: bool | None = None
+    format: str | None = None
+    cdi_version: str | None = None
+    kind: str | None = None
+    devices: list[str] = Field(default_factory=list)
+    device_count: int | None = None
+    device_nodes: list[str] = Field(default_factory=list)
+    mount_count: int | None = None
+    driver_versions: dict[str, str] = Field(default_factory=dict)
+    host_driver_version: str | None = None
+    missing_host_paths: list[str] = Field(default_factory=list)
+    missing_count: int | None = None
+
+
 class ContainerRuntime(_Facts):
     docker_installed: bool = False
     containerd_installed: bool = False
@@ -220,6 +250,8 @@ class ContainerRuntime(_Facts):
     containerd: dict[str, Any] | None = None
     cdi_specs: list[str] = Field(default_factory=list)
     configured: bool = False
+    toolkit: ContainerToolkit | None = None
+    cdi: list[CdiSpec] | None = None
 
 
 class FrameworkProbe(_Facts):

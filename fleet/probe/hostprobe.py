@@ -1249,6 +1249,279 @@ def _glob_rel(h, pattern):
     return sorted(p[len(root) :] if root else p for p in glob.glob(h.path(pattern)))
 
 
+# --------------------------------------------------------------------------------------------
+# NVIDIA container toolkit configuration and CDI specs. A CDI spec lists the driver's library
+# files by version (libnvidia-ml.so.580.95.05); after a driver upgrade an old spec names files
+# that are gone and every container that asks for the GPUs fails to start. The probe reports what
+# the specs name and which of their host files are missing; the check judges (checks/cdi.py).
+# --------------------------------------------------------------------------------------------
+TOOLKIT_CONFIG = "/etc/nvidia-container-runtime/config.toml"
+CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
+CDI_MAX_BYTES = 4 << 20
+CDI_MAX_LISTED = 20
+# (table, key) -> fact name: the settings that decide how containers get the GPUs
+_TOOLKIT_KEYS = {
+    ("nvidia-container-runtime", "mode"): "mode",
+    ("nvidia-container-runtime", "runtimes"): "runtimes",
+    ("nvidia-container-runtime.modes.cdi", "spec-dirs"): "cdi_spec_dirs",
+    ("nvidia-container-runtime.modes.cdi", "default-kind"): "cdi_default_kind",
+    ("nvidia-container-cli", "root"): "cli_root",
+    ("nvidia-container-cli", "ldconfig"): "ldconfig",
+    ("nvidia-container-cli", "no-cgroups"): "no_cgroups",
+    ("nvidia-container-cli", "load-kmods"): "load_kmods",
+    ("", "disable-require"): "disable_require",
+}
+# a driver library named by its driver version: libnvidia-ml.so.580.95.05, libcuda.so.570.86.15;
+# not libnvidia-egl-wayland.so.1.1.19 (its own version)
+_CDI_DRIVER_LIB = re.compile(
+    r"^lib[\w+-]*?(?:nvidia|cuda|nvcuvid|nvoptix)[\w+-]*\.so\.(\d{3,}\.\d+(?:\.\d+)?)$"
+)
+_CDI_HOST_DRIVER = re.compile(r"--host-driver-version=(\d+\.\d+(?:\.\d+)?)")
+
+
+def _toml_scalar(text, lineno):
+    """One TOML value of the kinds the toolkit writes: string, bool, number, array of those."""
+    s = text.strip()
+    if s.startswith("["):
+        end = s.rfind("]")
+        if end < 0:
+            raise ValueError(f"line {lineno}: array not closed on its line")
+        inner = s[1:end].strip()
+        out = []
+        for m in re.finditer(r'"((?:[^"\\]|\\.)*)"|\'([^\']*)\'|([^,\s]+)', inner):
+            if m.group(1) is not None:
+                out.append(m.group(1).replace('\\"', '"').replace("\\\\", "\\"))
+            elif m.group(2) is not None:
+                out.append(m.group(2))
+            else:
+                out.append(_toml_scalar(m.group(3), lineno))
+        return out
+    m = re.match(r'^"((?:[^"\\]|\\.)*)"\s*(?:#.*)?$', s)
+    if m:
+        return m.group(1).replace('\\"', '"').replace("\\\\", "\\")
+    m = re.match(r"^'([^']*)'\s*(?:#.*)?$", s)
+    if m:
+        return m.group(1)
+    s = s.split("#", 1)[0].strip()
+    if s in ("true", "false"):
+        return s == "true"
+    if re.fullmatch(r"[+-]?\d+", s):
+        return int(s)
+    raise ValueError(f"line {lineno}: value {s[:60]!r} not understood")
+
+
+def _toml_lite(text):
+    """Tables of key = value lines (no tomllib before Python 3.11); ValueError names the line."""
+    tables, cur = {}, ""
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = re.match(r"^\[\s*([\w.\"-]+)\s*\]\s*(?:#.*)?$", line)
+        if m:
+            cur = m.group(1).replace('"', "")
+            tables.setdefault(cur, {})
+            continue
+        m = re.match(r'^("[^"]+"|[\w-]+)\s*=\s*(.+)$', line)
+        if not m:
+            raise ValueError(f"line {n}: {line[:80]!r} is not key = value")
+        tables.setdefault(cur, {})[m.group(1).strip('"')] = _toml_scalar(m.group(2), n)
+    return tables
+
+
+def _toml_tables(text):
+    try:
+        import tomllib  # Python 3.11+
+    except ImportError:
+        return _toml_lite(text)
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(str(e)) from None
+    tables = {}
+
+    def walk(prefix, d):
+        for k, v in d.items():
+            if isinstance(v, dict):
+                walk(f"{prefix}.{k}" if prefix else k, v)
+            else:
+                tables.setdefault(prefix, {})[k] = v
+
+    walk("", doc)
+    return tables
+
+
+def parse_toolkit_config(text):
+    """config.toml of the NVIDIA container toolkit -> the settings in _TOOLKIT_KEYS that are set
+    (commented-out lines are the toolkit's defaults and are left out)."""
+    try:
+        tables = _toml_tables(text)
+    except ValueError as e:
+        return err("unparsable", str(e))
+    out = {}
+    for (table, key), name in _TOOLKIT_KEYS.items():
+        if key in tables.get(table, {}):
+            out[name] = tables[table][key]
+    return out
+
+
+def parse_ctk_version(text):
+    """`nvidia-ctk --version` -> "1.17.8" ("NVIDIA Container Toolkit CLI version 1.17.8")."""
+    m = re.search(r"version\s+v?(\d+\.\d+\.\d+(?:[-~][\w.]+)?)", text)
+    return m.group(1) if m else err("unparsable", text.strip()[:120])
+
+
+def probe_toolkit(h, ctk_path):
+    out = {"config_path": TOOLKIT_CONFIG}
+    text = h.read(TOOLKIT_CONFIG)
+    out["config"] = text if is_err(text) else parse_toolkit_config(text)
+    if ctk_path is None:
+        out["version"] = err("not_found", "nvidia-ctk")
+    else:
+        r = h.run([ctk_path, "--version"], timeout=10.0)
+        if is_err(r):
+            out["version"] = r
+        elif r[0] != 0:
+            out["version"] = err("failed", f"nvidia-ctk --version exited {r[0]}")
+        else:
+            out["version"] = parse_ctk_version(r[1] + r[2])
+    return out
+
+
+def _unquote(v):
+    v = v.strip()
+    if len(v) >= 2 and v[0] == v[-1] and v[0] in "\"'":
+        return v[1:-1]
+    return re.split(r"\s+#", v, maxsplit=1)[0].strip()
+
+
+def _cdi_summary(fmt, cdi_version, kind, names, host_paths, nodes, hook_args):
+    versions = {}
+    for p in host_paths:
+        m = _CDI_DRIVER_LIB.match(p.rsplit("/", 1)[-1])
+        if m:
+            first = versions.get(m.group(1))
+            # the example kept for a version: libnvidia-ml when the spec has it
+            if first is None or ("libnvidia-ml.so" in p and "libnvidia-ml.so" not in first):
+                versions[m.group(1)] = p
+    host_driver = None
+    for a in hook_args:
+        m = _CDI_HOST_DRIVER.search(a)
+        if m:
+            host_driver = m.group(1)
+    return {
+        "format": fmt,
+        "cdi_version": cdi_version,
+        "kind": kind,
+        "devices": names[:64],
+        "device_count": len(names),
+        "device_nodes": sorted(set(nodes))[:64],
+        "mount_count": len(host_paths),
+        "driver_versions": versions,
+        "host_driver_version": host_driver,
+        "host_paths": host_paths,
+    }
+
+
+def _cdi_from_json(doc):
+    if not isinstance(doc, dict):
+        return err("unparsable", "top level is not an object")
+    names, paths, nodes, args = [], [], [], []
+
+    def edits(ce):
+        if not isinstance(ce, dict):
+            return
+        for m in ce.get("mounts") or []:
+            if isinstance(m, dict) and isinstance(m.get("hostPath"), str):
+                paths.append(m["hostPath"])
+        for d in ce.get("deviceNodes") or []:
+            if isinstance(d, dict) and isinstance(d.get("path"), str):
+                nodes.append(d["path"])
+        for hk in ce.get("hooks") or []:
+            if isinstance(hk, dict):
+                args.extend(str(a) for a in hk.get("args") or [])
+
+    edits(doc.get("containerEdits"))
+    for d in doc.get("devices") or []:
+        if isinstance(d, dict):
+            if d.get("name") is not None:
+                names.append(str(d["name"]))
+            edits(d.get("containerEdits"))
+    if not doc.get("kind") or not doc.get("cdiVersion"):
+        return err("unparsable", "no kind or no cdiVersion")
+    return _cdi_summary(
+        "json", str(doc["cdiVersion"]), str(doc["kind"]), names, paths, nodes, args
+    )
+
+
+def parse_cdi_spec(text, name=""):
+    """A CDI spec (JSON, or YAML as `nvidia-ctk cdi generate` writes it) -> summary dict.
+
+    JSON is parsed in full. YAML is read line by line, without a YAML library (the probe is
+    stdlib only): the top-level `cdiVersion` and `kind`, device `name`s under `devices`, every
+    `hostPath`, `path` values under /dev/, and `--host-driver-version=` hook arguments. Anything
+    else in the file is not looked at. A file without `kind` and `cdiVersion` is unparsable.
+    """
+    if name.endswith(".json") or text.lstrip().startswith("{"):
+        try:
+            return _cdi_from_json(json.loads(text))
+        except ValueError as e:
+            return err("unparsable", f"{name}: {e}")
+    top, section = {}, None
+    names, paths, nodes, args = [], [], [], []
+    for raw in text.splitlines():
+        line = raw.split("\t", 1)[0] if raw.startswith("\t") else raw
+        if not line.strip() or line.lstrip().startswith("#") or line.strip() in ("---", "..."):
+            continue
+        m = re.match(r"^([A-Za-z][\w-]*)\s*:\s*(.*)$", line)
+        if m:  # a top-level key (column 0)
+            section = m.group(1)
+            if m.group(2).strip():
+                top[section] = _unquote(m.group(2))
+            continue
+        m = re.match(r"^\s+(?:-\s+)?([A-Za-z][\w-]*)\s*:\s*(.*)$", line)
+        if m:
+            key, val = m.group(1), _unquote(m.group(2))
+            if key == "hostPath" and val:
+                paths.append(val)
+            elif key == "path" and val.startswith("/dev/"):
+                nodes.append(val)
+            elif key == "name" and section == "devices" and val:
+                names.append(val)
+        if "--host-driver-version=" in line:
+            args.append(line)
+    if not top.get("kind") or not top.get("cdiVersion"):
+        return err("unparsable", f"{name}: no top-level kind or cdiVersion line")
+    return _cdi_summary("yaml", top["cdiVersion"], top["kind"], names, paths, nodes, args)
+
+
+def read_cdi_spec(h, path):
+    """One spec file: its summary plus the host files it mounts that do not exist."""
+    text = h.read(path, limit=CDI_MAX_BYTES)
+    if is_err(text):
+        return {"path": path, "parsed": text}
+    spec = parse_cdi_spec(text, path)
+    if is_err(spec):
+        return {"path": path, "parsed": spec}
+    host_paths = spec.pop("host_paths")
+    missing = [p for p in host_paths if not os.path.lexists(h.path(p))]
+    spec.update(
+        path=path,
+        parsed=True,
+        missing_host_paths=missing[:CDI_MAX_LISTED],
+        missing_count=len(missing),
+    )
+    return spec
+
+
+def probe_cdi_specs(h):
+    paths = []
+    for d in CDI_DIRS:
+        for ext in ("yaml", "json"):
+            paths += _glob_rel(h, f"{d}/*.{ext}")
+    return [read_cdi_spec(h, p) for p in sorted(set(paths))]
+
+
 _TORCH = (
     "import json,torch;c=torch.cuda.is_available();print(json.dumps({'version':torch.__version__,"
     "'cuda_version':torch.version.cuda,'cuda_available':c,"
@@ -1328,6 +1601,8 @@ def probe(since=None, root="/", kernel_log="auto", frameworks=True):
     facts["aer"] = probe_aer(h, bdfs)
     facts["device_nodes"] = probe_device_nodes(h)
     facts["container_runtime"] = probe_container_runtime(h)
+    cr = facts["container_runtime"]
+    cr["toolkit"], cr["cdi"] = probe_toolkit(h, cr["nvidia_ctk"]), probe_cdi_specs(h)
     facts["frameworks"] = probe_frameworks(h) if frameworks else []
     facts["probe_cpu_ms"] = round((time.process_time() - t0) * 1000.0, 1)
     return facts

@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+import fleet.domain.checks.cdi as cdi_check
 from fleet.domain.checks.models import (
     Expectations,
     Finding,
@@ -798,6 +799,10 @@ def container_runtime(
             "containers will not see the GPUs (run nvidia-ctk runtime configure)",
             facts=["container_runtime"],
         )
+
+
+# stale CDI specs after a driver upgrade (fleet/domain/checks/cdi.py)
+CHECKS.append(Check(cdi_check.CHECK_ID, cdi_check.READS, cdi_check.cdi_specs, cdi_check.SUMMARY))
 
 
 @check("frameworks.cpu_fallback", ("frameworks", "gpus"), "torch/onnxruntime see the GPUs")

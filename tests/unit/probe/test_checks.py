@@ -303,6 +303,13 @@ CASES: list[tuple[str, dict[str, Any], tuple[str, str, str]]] = [
         ("container_runtime", "fail", "fix_container_runtime"),
     ),
     (
+        "stale CDI spec (tests/unit/probe/test_cdi_check.py has the rest)",
+        healthy(container_runtime={"configured": True, "cdi": [{
+            "path": "/etc/cdi/nvidia.yaml", "parsed": True, "kind": "nvidia.com/gpu",
+            "driver_versions": {"535.183.01": "/usr/lib/libnvidia-ml.so.535.183.01"}}]}),
+        ("container_runtime.cdi", "fail", "fix_container_runtime"),
+    ),
+    (
         "CPU fallback",
         healthy(frameworks=[{"name": "torch", "result": {"cuda_available": False}}]),
         ("frameworks.cpu_fallback", "fail", "reinstall_driver"),
