@@ -105,6 +105,11 @@ FAULTS: dict[str, tuple[dict[str, str], str]] = {
         "running on any other CPU is on the far node",
     ),
     "busy": ({"gpu": "0", "util": "90", "mem": "40"}, "GPU utilization and memory-controller %"),
+    "stale-cdi": (
+        {"version": "535.183.01"},
+        "/etc/cdi/nvidia.yaml generated for driver `version` (its libraries, not the installed "
+        "ones): containers asking for nvidia.com/gpu would fail; `fleet lab reset` removes it",
+    ),
 }
 
 _KEY_RE = re.compile(r"^[A-Za-z0-9_.*]{1,80}$")
@@ -131,6 +136,7 @@ class Effects:
     aer: list[tuple[str, str, str, int]] = field(default_factory=list)  # bdf, file, field, n
     flags: dict[str, bool] = field(default_factory=dict)
     sysfs: dict[tuple[str, str], str] = field(default_factory=dict)  # (bdf, file) -> content
+    files: dict[str, str] = field(default_factory=dict)  # host path (in FAULT_FILES) -> content
 
     def merge(self, other: Effects) -> None:
         self.set.update(other.set)
@@ -140,6 +146,7 @@ class Effects:
         self.aer += other.aer
         self.flags.update(other.flags)
         self.sysfs.update(other.sysfs)
+        self.files.update(other.files)
 
 
 def parse(specs: list[str], gpu_count: int | None = None) -> list[Fault]:
@@ -187,6 +194,9 @@ def parse(specs: list[str], gpu_count: int | None = None) -> list[Fault]:
         for k, v in params.items():
             if k in _INT_PARAMS and not (v.isdigit() and len(v) <= 9):
                 problems.append(Problem(None, None, where, f"{name}: {k} must be a number: {v!r}"))
+                bad = True
+            elif k == "version" and not re.fullmatch(r"\d{3}\.\d{1,3}(?:\.\d{1,3})?", v):
+                problems.append(Problem(None, None, where, f"{name}: bad driver version {v!r}"))
                 bad = True
             elif k == "cpus" and not _CPUS_RE.fullmatch(v):
                 problems.append(Problem(None, None, where, f"{name}: cpus must be N or N-M: {v!r}"))
@@ -339,7 +349,41 @@ def effects(fault: Fault, host: HostSpec) -> Effects:
                       pre + "procs": f"{p['pid']}:1024", pre + "util.gpu": "60"})
     elif name == "busy":
         e.set.update({pre + "util.gpu": p["util"], pre + "util.memory": p["mem"]})
+    elif name == "stale-cdi":
+        e.files[CDI_SPEC] = cdi_spec(p["version"], prof.count)
     return e
+
+
+CDI_SPEC = "/etc/cdi/nvidia.yaml"
+FAULT_FILES = (CDI_SPEC,)  # host files faults write; `fleet lab reset` removes them
+
+
+def cdi_spec(version: str, gpus: int) -> str:
+    """A CDI spec as `nvidia-ctk cdi generate` lays it out (sorted keys, nvidia.com/gpu devices by
+    index and `all`), naming the lab driver package's files for `version`: the library
+    (libnvidia-ml.so.VERSION, see fleet/lab/repo.py) and nvidia-smi. Generated for the installed
+    version it is a current spec; for another, the stale one a driver upgrade leaves behind."""
+    lib = f"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.{version}"
+    mounts = "".join(
+        f"  - containerPath: {p}\n    hostPath: {p}\n    options:\n    - ro\n    - nosuid\n"
+        "    - nodev\n    - bind\n"
+        for p in (lib, "/usr/bin/nvidia-smi")
+    )
+    devices = "".join(
+        f"- containerEdits:\n    deviceNodes:\n    - path: /dev/nvidia{i}\n  name: \"{i}\"\n"
+        for i in range(gpus)
+    )
+    devices += "- containerEdits:\n    deviceNodes:\n" + "".join(
+        f"    - path: /dev/nvidia{i}\n" for i in range(gpus)
+    ) + "  name: all\n"
+    return (
+        "---\ncdiVersion: 0.5.0\ncontainerEdits:\n  deviceNodes:\n  - path: /dev/nvidia-uvm\n"
+        "  - path: /dev/nvidiactl\n  env:\n  - NVIDIA_VISIBLE_DEVICES=void\n  hooks:\n"
+        "  - args:\n    - nvidia-cdi-hook\n    - enable-cuda-compat\n"
+        f"    - --host-driver-version={version}\n    hookName: createContainer\n"
+        "    path: /usr/bin/nvidia-cdi-hook\n  mounts:\n"
+        f"{mounts}devices:\n{devices}kind: nvidia.com/gpu\n"
+    )
 
 
 def syslog_line(when: datetime, hostname: str, uptime: float, message: str) -> str:

@@ -439,6 +439,8 @@ def apply_effects(paths: LabPaths, host: HostSpec, eff: F.Effects) -> None:
         update_state(root, {k: v.replace("{now}", now) for k, v in eff.set.items()}, eff.add)
     for (bdf, fname), text in eff.sysfs.items():
         atomic_write(root / "sys/bus/pci/devices" / bdf / fname, text)
+    for path, text in eff.files.items():
+        atomic_write(root / path.lstrip("/"), text)
     for bdf, kind, field, n in eff.aer:
         f = root / "sys/bus/pci/devices" / bdf / kind
         counts = F.parse_aer_file(f.read_text()) if f.exists() else {}
@@ -497,6 +499,8 @@ def reset_host(paths: LabPaths, host: HostSpec) -> None:
     for rel, text in sysfs_files(host).items():
         atomic_write(root / rel, text)
     (root / "var/lib/gpusim/fail-install").unlink(missing_ok=True)
+    for path in F.FAULT_FILES:
+        (root / path.lstrip("/")).unlink(missing_ok=True)
     flags = read_flags(paths, host.name)
     if flags.get("link-down"):
         set_link(host, up=True)
