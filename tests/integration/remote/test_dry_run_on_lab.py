@@ -40,8 +40,14 @@ def env(lab_paths, lab_state, hosts, tmp_path_factory) -> dict[str, str]:  # noq
 
     lab.reset(lab_paths, HOST)
     db = tmp_path_factory.mktemp("history") / "fleet.db"
-    return {**os.environ, "FLEET_LAB_DIR": str(lab_paths.run), "FLEET_DB": str(db),
-            "FLEET_MATRIX": str(MATRIX), "FLEET_INVENTORY": INVENTORY, "COLUMNS": "200"}
+    env = {**os.environ, "FLEET_LAB_DIR": str(lab_paths.run), "FLEET_DB": str(db),
+           "FLEET_MATRIX": str(MATRIX), "FLEET_INVENTORY": INVENTORY, "COLUMNS": "200"}
+    # a known start whatever the tests before left (the lab's first install has no companions;
+    # an earlier test's pin has them): the matrix's golden, pinned for real
+    rc, doc, err = fleet(env, "apply", "-r", load_matrix(MATRIX).matrix.golden_name("a100"),
+                         "-l", HOST)
+    assert rc == 0, (doc, err)
+    return env
 
 
 def fleet(env: dict[str, str], *args: str) -> tuple[int, dict, str]:
@@ -59,8 +65,9 @@ def host_state(host) -> str:  # noqa: ANN001 - conftest.Host
 
 def installed(host) -> dict[str, str]:  # noqa: ANN001
     out = host.sh("dpkg-query -W -f='${Package} ${Version} ${db:Status-Abbrev}\\n'")[1]
+    # db:Status-Abbrev: wanted state then status; a held package is `hi`, installed all the same
     return {p: v for p, v, st in (line.split() for line in out.splitlines() if line.strip())
-            if st.startswith("ii")}
+            if st[1:2] == "i"}
 
 
 def node_state(slurm_env: dict[str, str]) -> tuple[str, str]:
