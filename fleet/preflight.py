@@ -643,7 +643,10 @@ def canary_checks(o: Options, sess: Any, nvml: Nvml | None, od: dict[str, Any]) 
             t0 = time.perf_counter()
             first = sess.run(names, inputs, ro)
             cold = (time.perf_counter() - t0) * 1000
-            sampler = Sampler(nvml) if sampling and nvml is not None else None
+            sampler = None
+            if sampling and nvml is not None:
+                with contextlib.suppress(OSError):  # NVML lost its GPUs: the gpu check says so
+                    sampler = Sampler(nvml)
             with sampler or contextlib.nullcontext():
                 start = time.perf_counter()
                 while len(times) < o.runs or (
