@@ -14,7 +14,6 @@ from fleet.cli.output import console, emit_json
 from fleet.errors import BadInput
 from fleet.lab import faults as F
 from fleet.lab.paths import LabPaths
-from fleet.lab.perf import parse_perf
 
 if TYPE_CHECKING:
     from fleet.lab import lab
@@ -97,6 +96,8 @@ def up_cmd(
                               field="--slurm")
     if not matrix.is_file():
         raise BadInput.single("no such file", file=str(matrix), field="--matrix")
+    from fleet.lab.perf import parse_perf  # the lab's package repository and the matrix model
+
     cfg = lab.UpConfig(
         hosts=hosts,
         matrix=matrix,

@@ -68,6 +68,8 @@ def _start(args: list[str], extra: tuple[str, ...] = ()) -> tuple[int, list[str]
     ["bench", "--help"],
     ["facts", "parse", "--help"],
     ["logs", "parse", "--help"],
+    ["preflight", "--help"],
+    ["diagnose", "--help"],
 ], ids=" ".join)
 def test_help_and_version_import_no_heavy_library(args: list[str]) -> None:
     code, heavy, out = _start(args)
