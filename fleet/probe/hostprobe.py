@@ -1469,10 +1469,12 @@ def parse_cdi_spec(text, name=""):
             return err("unparsable", f"{name}: {e}")
     top, section = {}, None
     names, paths, nodes, args = [], [], [], []
-    for raw in text.splitlines():
-        line = raw.split("\t", 1)[0] if raw.startswith("\t") else raw
+    for n, line in enumerate(text.splitlines(), 1):
         if not line.strip() or line.lstrip().startswith("#") or line.strip() in ("---", "..."):
             continue
+        if "hostPath" in line and not re.match(r"^\s+(?:-\s+)?hostPath\s*:\s*\S", line):
+            # flow style ({hostPath: ...}) or a split line: not read here, so not judged either
+            return err("unparsable", f"{name}: line {n}: hostPath in a form this reader skips")
         m = re.match(r"^([A-Za-z][\w-]*)\s*:\s*(.*)$", line)
         if m:  # a top-level key (column 0)
             section = m.group(1)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -161,3 +162,20 @@ def test_unreadable_and_unparsable_specs_are_reported(tmp_path: Path) -> None:
     expected_mig = "unparsable" if os.geteuid() == 0 else "no_permission"  # root reads mode 000
     assert by_path["/etc/cdi/nvidia-mig.yaml"]["parsed"]["error"] == expected_mig
     assert by_path["/etc/cdi/nvidia.yaml"]["parsed"] is True
+
+
+def test_config_reads_the_same_without_tomllib(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Python < 3.11 (no tomllib) on a host: the line reader gives the same settings."""
+    text = (DATA / "config-cdi-mode.toml").read_text()
+    with_tomllib = hp.parse_toolkit_config(text)
+    monkeypatch.setitem(sys.modules, "tomllib", None)  # import tomllib -> ImportError
+    assert hp.parse_toolkit_config(text) == with_tomllib
+    assert "line 3" in hp.parse_toolkit_config(
+        (DATA / "config-multiline.toml").read_text())["detail"]
+
+
+def test_yaml_the_line_reader_cannot_read_is_unparsable_not_clean() -> None:
+    flow = "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ncontainerEdits:\n  mounts: [{hostPath: " \
+        "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.570.86.15}]\n"
+    got = hp.parse_cdi_spec(flow, "nvidia.yaml")
+    assert got["error"] == "unparsable" and "line 4" in got["detail"]
