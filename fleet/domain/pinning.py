@@ -5,17 +5,20 @@ steps out. The deploy layer turns steps into commands on a host; tests assert on
 host at all. A host already on the release yields no steps, which is what makes deploys
 idempotent.
 
-Debian/Ubuntu: a preferences file pins each package to `<upstream>-*` at priority 1001 (so apt may
-downgrade to it), one `apt-get install` transaction installs the wanted packages and removes the
-other driver branches (`name-` suffix), then `apt-mark hold`. Installing by name with the pin in
-place means the plan needs no distro revision (`-1`, `-0ubuntu1`): apt resolves it.
+Debian/Ubuntu: a preferences file pins each package to its version as NVIDIA writes it, epoch
+included (`1:3.3.6` for DCGM 3, `1:4.4.1-*` for DCGM 4, `580.95.05-*`; see
+`fleet.domain.matrix.packages`) at priority 1001 (so apt may downgrade to it). One
+`apt-get install --purge` transaction installs the wanted packages and purges other releases'
+packages (`name-` suffix: other driver branches, toolkits, cuDNN, DCGM generations; no `rc`
+configuration is left behind), then `apt-mark hold`. Installing by name with the pin in place
+means the plan needs no distro revision (`-1`, `-0ubuntu1`): apt resolves it.
 
 RHEL family: the `nvidia-driver` module stream of the release first (`dnf module reset` then
 `dnf module enable nvidia-driver:580-open`: NVIDIA's EL9 repository lists its driver packages as
 module artifacts, and dnf's modular filtering hides every driver of a stream not enabled), then
 versionlock entries instead of pins, and explicit `dnf install`/`dnf downgrade` of
-`name-<upstream>`: pyinfra 3.10's `dnf.packages` ignores a pinned version when another version is
-installed (pyinfra issue 1910), so the plan does not go through it.
+`name-[epoch:]<upstream>`: pyinfra 3.10's `dnf.packages` ignores a pinned version when another
+version is installed (pyinfra issue 1910), so the plan does not go through it.
 """
 
 from __future__ import annotations
@@ -24,9 +27,12 @@ import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from packaging.version import InvalidVersion, Version
+
+if TYPE_CHECKING:
+    from types import ModuleType
 
 OsFamily = Literal["debian", "rhel"]
 
@@ -53,6 +59,14 @@ BRANCHED_PACKAGE = re.compile(
 
 # Components whose change replaces the kernel module: the host must reboot before it verifies.
 REBOOT_COMPONENTS = frozenset({"driver"})
+
+
+def _truth() -> ModuleType:
+    """NVIDIA's package naming (`fleet.domain.matrix.packages`), imported when a plan needs it:
+    the matrix package pulls in pydantic, which the modules importing this one must not pay."""
+    from fleet.domain.matrix import packages
+
+    return packages
 
 
 class WantedPackage(Protocol):
@@ -133,8 +147,11 @@ def _check(wanted: Iterable[WantedPackage]) -> None:
 
 
 def apt_preferences(wanted: Sequence[WantedPackage]) -> str:
+    """Pins with NVIDIA's epochs: `Pin: version 3.3.6-*` matches no `1:3.3.6`, and apt then
+    installs the newest."""
     blocks = [
-        f"Package: {w.name}\nPin: version {w.version}-*\nPin-Priority: 1001\n"
+        f"Package: {w.name}\nPin: version {_truth().apt_pin_version(w.name, w.version)}\n"
+        "Pin-Priority: 1001\n"
         for w in sorted(wanted, key=lambda w: w.name)
     ]
     return "# Managed by fleet: exact versions of the pinned release.\n\n" + "\n".join(blocks)
@@ -148,7 +165,8 @@ def unattended_blacklist(wanted: Sequence[WantedPackage]) -> str:
     )
 
 
-def _changes(wanted: Sequence[WantedPackage], installed: Mapping[str, str]) -> list[Change]:
+def _changes(wanted: Sequence[WantedPackage], installed: Mapping[str, str],
+             os_family: OsFamily = "debian") -> list[Change]:
     changes: list[Change] = []
     wanted_names = {w.name for w in wanted}
     for w in wanted:
@@ -171,8 +189,11 @@ def _changes(wanted: Sequence[WantedPackage], installed: Mapping[str, str]) -> l
         m = BRANCHED_PACKAGE.match(name)
         if branches and m and m.group(1) not in branches and name not in wanted_names:
             removed.add(name)
+    others = _truth().extraneous(installed, [(w.name, w.component) for w in wanted], os_family)
+    removed |= set(others)
     for name in sorted(removed):
-        component = "fabric_manager" if "fabricmanager" in name else "driver"
+        component = others.get(name) or (
+            "fabric_manager" if "fabricmanager" in name else "driver")
         changes.append(Change(component, name, upstream_of(installed[name]), None, "remove"))
     return changes
 
@@ -199,7 +220,7 @@ def plan_pin(
     """
     _check(wanted)
     held = set(held)
-    changes = _changes(wanted, installed)
+    changes = _changes(wanted, installed, os_family)
     if os_family == "debian":
         steps = _apt_steps(wanted, changes, held, files)
     else:
@@ -279,8 +300,8 @@ def _apt_steps(
         steps.append(Step("update package lists", "apt-get update -qq"))
         steps.append(
             Step(
-                "install the release, remove other branches (one transaction)",
-                "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --allow-downgrades "
+                "install the release, purge other releases' packages (one transaction)",
+                "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --allow-downgrades --purge "
                 "--no-install-recommends -o Dpkg::Options::=--force-confdef "
                 "-o Dpkg::Options::=--force-confold " + " ".join(args),
             )
@@ -310,7 +331,8 @@ def _dnf_steps(
         ("downgrade", "downgrade"),
         ("reinstall", "reinstall"),
     ):
-        specs = [f"{c.package}-{c.after}" for c in changes if c.kind == kind]
+        specs = [_truth().dnf_spec(c.package, c.after) for c in changes
+                 if c.kind == kind and c.after is not None]
         if specs:
             steps.append(
                 Step(f"{kind} exact versions", f"dnf -y {verb} " + " ".join(map(q, specs)))
@@ -318,12 +340,12 @@ def _dnf_steps(
     removed = [c.package for c in changes if c.kind == "remove"]
     if removed:
         steps.append(
-            Step("remove other driver branches", "dnf -y remove " + " ".join(map(q, removed)))
+            Step("remove other releases' packages", "dnf -y remove " + " ".join(map(q, removed)))
         )
     lock = sorted(w.name for w in wanted if w.name not in held or w.name in moving)
     if lock:
         by_name = {w.name: w.version for w in wanted}
-        specs = [f"{n}-{by_name[n]}" for n in lock]
+        specs = [_truth().dnf_spec(n, by_name[n]) for n in lock]
         steps.append(
             Step("lock the pinned versions", "dnf versionlock add " + " ".join(map(q, specs)))
         )

@@ -241,9 +241,9 @@ def _install_release(
     if release == "none":
         return
     rel = next(r for r in releases if r.name == release)
-    wanted = [(s.name, repo.apt_version(s.version)) for s in rel.packages("debian")]
+    wanted = [(s.name, s.version) for s in rel.packages("debian")]  # upstream versions
     debs = [
-        paths.repo / p.deb_name for n, v in wanted for p in pkgs if (p.name, p.version) == (n, v)
+        paths.repo / p.deb_name for n, v in wanted for p in pkgs if (p.name, p.upstream) == (n, v)
     ]
     build = paths.run / "layer-build"
     work = paths.run / "layer-work"

@@ -8,6 +8,11 @@ driver description the fake NVML reads (`/usr/share/gpusim/driver.conf`: library
 driver version, performance factor) and a postinst that records the kernel module version that
 the *next boot* loads (`/var/lib/gpusim/module.pending`). Every driver package Provides and
 Conflicts `nvidia-driver`, so branches (and open/proprietary flavours) exclude each other.
+
+Names and versions are NVIDIA's (`fleet.domain.matrix.packages`): `datacenter-gpu-manager`
+`1:3.3.6` (epoch, no revision), `datacenter-gpu-manager-4-core` `1:4.4.1-1`, `tensorrt`
+`10.9.0.34-1+cuda12.8`, so an apt pin that forgets the epoch matches nothing here as it matches
+nothing on NVIDIA's repository.
 """
 
 from __future__ import annotations
@@ -23,12 +28,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from fleet.domain.matrix import packages as truth
 from fleet.errors import BadInput
 from fleet.lab.sysutil import run
 
 REVISION = "1"
 LIBDIR = "usr/lib/x86_64-linux-gnu"
 _SAFE_VERSION = re.compile(r"^[0-9][0-9A-Za-z.]{0,63}$")
+_EPOCH = re.compile(r"^[0-9]+:")
 _SAFE_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]{0,99}$")
 
 
@@ -64,7 +71,7 @@ class Perf:
 @dataclass
 class FakePackage:
     name: str
-    version: str  # apt version, upstream + "-1"
+    version: str  # NVIDIA's apt version: [epoch:]upstream[-revision]
     component: str
     upstream: str
     releases: list[str] = field(default_factory=list)
@@ -75,14 +82,27 @@ class FakePackage:
 
     @property
     def deb_name(self) -> str:
-        return f"{self.name}_{self.version}_amd64.deb"
+        """`datacenter-gpu-manager_3.3.6_amd64.deb`: file names leave the epoch out."""
+        return f"{self.name}_{_EPOCH.sub('', self.version)}_amd64.deb"
 
     def control_text(self) -> str:
         return "".join(f"{k}: {v}\n" for k, v in self.control.items())
 
 
-def apt_version(upstream: str) -> str:
-    return f"{upstream}-{REVISION}"
+def apt_version(upstream: str, name: str | None = None, rel: Any = None) -> str:
+    """The version NVIDIA's apt repository gives `name` at `upstream` (`1:4.4.1-1`); without a
+    name, the plain `<upstream>-1` of a package NVIDIA's naming does not know."""
+    if name is None:
+        return f"{upstream}-{REVISION}"
+    return truth.deb_version(name, upstream, _context(rel))
+
+
+def _context(rel: Any) -> dict[str, str]:
+    """What a revision may name (`1+cuda{cuda_major}.{cuda_minor}`): the release's CUDA."""
+    if rel is None:
+        return {}
+    major, minor = (rel.cuda.split(".") + ["0"])[:2]
+    return {"branch": rel.branch, "cuda_major": major, "cuda_minor": minor}
 
 
 def cuda_driver_version(cuda: str) -> int:
@@ -158,7 +178,8 @@ def _driver_package(spec: _Spec, rel: _Release, perf: Perf, nvml_lib: bytes) -> 
         "perf_factor": f"{perf.factor:g}",
         "perf_noise": f"{perf.noise:g}",
     }
-    p = FakePackage(name=spec.name, version=apt_version(ver), component="driver", upstream=ver)
+    p = FakePackage(name=spec.name, version=apt_version(ver, spec.name, rel), component="driver",
+                    upstream=ver)
     p.control = _control(
         spec.name,
         p.version,
@@ -181,10 +202,11 @@ def _driver_package(spec: _Spec, rel: _Release, perf: Perf, nvml_lib: bytes) -> 
     return p
 
 
-def _cuda_package(spec: _Spec) -> FakePackage:
+def _cuda_package(spec: _Spec, rel: Any = None) -> FakePackage:
     ver = spec.version
     mm = ".".join(ver.split(".")[:2])
-    p = FakePackage(name=spec.name, version=apt_version(ver), component="cuda", upstream=ver)
+    p = FakePackage(name=spec.name, version=apt_version(ver, spec.name, rel), component="cuda",
+                    upstream=ver)
     p.control = _control(
         spec.name, p.version, f"FAKE CUDA toolkit {ver}", Section="devel", Priority="optional"
     )
@@ -199,10 +221,11 @@ def _cuda_package(spec: _Spec) -> FakePackage:
     return p
 
 
-def _companion_package(spec: _Spec) -> FakePackage:
+def _companion_package(spec: _Spec, rel: Any = None) -> FakePackage:
     ver = spec.version
     p = FakePackage(
-        name=spec.name, version=apt_version(ver), component=spec.component, upstream=ver
+        name=spec.name, version=apt_version(ver, spec.name, rel), component=spec.component,
+        upstream=ver
     )
     p.control = _control(
         spec.name,
@@ -230,9 +253,9 @@ def plan_packages(
                 if spec.component == "driver" and not seen_driver:
                     out[key] = _driver_package(spec, rel, perf.get(rel.name, Perf()), nvml_lib)
                 elif spec.component == "cuda":
-                    out[key] = _cuda_package(spec)
+                    out[key] = _cuda_package(spec, rel)
                 else:
-                    out[key] = _companion_package(spec)
+                    out[key] = _companion_package(spec, rel)
             seen_driver = seen_driver or spec.component == "driver"
             out[key].releases.append(rel.name)
     return sorted(out.values(), key=lambda p: (p.component, p.name, p.version))

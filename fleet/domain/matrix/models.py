@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, Field, model_validator
 
 from fleet.domain.matrix.base import Model as _Model
 from fleet.domain.matrix.frameworks import Frameworks
@@ -32,7 +32,6 @@ from fleet.domain.versions import (
     DRIVER_VERSION_RE,
     NAME_RE,
     PACKAGE_NAME_RE,
-    cuda_major_minor,
     driver_branch,
     parse_constraint,
 )
@@ -118,10 +117,27 @@ class Release(_Model):
     driver: Driver
     cuda: CudaVersion
     companions: Companions = Companions()
+    package_names: dict[Component, dict[OsFamily, list[PackageName]]] = Field(
+        default={}, description="Package names per component and OS family, replacing "
+        "NVIDIA's default names (fleet/data/nvidia/packages.yaml) for this release.")
     notes: str = ""
     frameworks: Frameworks | None = Field(
         default=None, description="ML frameworks the release's services run with; checked "
         "against the published tables by fleet.domain.matrix.frameworks.")
+
+    @model_validator(mode="after")
+    def _names_only_for_managed_components(self) -> Release:
+        managed = self.versions()
+        for component, by_family in self.package_names.items():
+            if component not in managed:
+                raise ValueError(f"package_names.{component}: the release pins no "
+                                 f"{component} version")
+            if any(not names for names in by_family.values()):
+                raise ValueError(f"package_names.{component}: an empty list of names")
+        if "driver" in self.package_names and self.driver.packages:
+            raise ValueError("driver.packages and package_names.driver both name the driver's "
+                             "packages: keep one")
+        return self
 
     @property
     def branch(self) -> str:
@@ -146,55 +162,16 @@ class Release(_Model):
     def packages(self, os_family: OsFamily) -> list[PackageSpec]:
         """The exact packages this release installs on an OS family, in install order.
 
-        Default names, used where `driver.packages` names none for the family:
-
-        ================= ================================== ===============================
-        component         debian                             rhel
-        ================= ================================== ===============================
-        driver            nvidia-driver-{branch}[-open]      nvidia-driver (*)
-        cuda              cuda-toolkit-{major}-{minor}       cuda-toolkit-{major}-{minor}
-        fabric_manager    nvidia-fabricmanager-{branch}      nvidia-fabric-manager
-        dcgm              datacenter-gpu-manager             datacenter-gpu-manager
-        container_toolkit nvidia-container-toolkit           nvidia-container-toolkit
-        cudnn             cudnn{cudnn_major}-cuda-{major}    cudnn{cudnn_major}-cuda-{major}
-        tensorrt          tensorrt                           tensorrt
-        ================= ================================== ===============================
-
-        (*) on RHEL the branch and flavor are chosen by the dnf module stream
-        (`driver_module_stream`, e.g. `nvidia-driver:550-open`), not by the package name.
-        Versions are upstream versions ("550.54.15"); the distro revision is the deployer's job.
+        Names: `package_names` (per component and OS family), else `driver.packages` for the
+        driver, else NVIDIA's names from `fleet/data/nvidia/packages.yaml` (for example
+        `nvidia-driver-580-open` / `nvidia-driver` with the `580-open` dnf module stream,
+        `cuda-toolkit-13-0`, `datacenter-gpu-manager` for DCGM 3 and
+        `datacenter-gpu-manager-4-core` + `-4-cuda13` for DCGM 4). Versions are upstream
+        versions; epochs and revisions: `fleet.domain.matrix.packages`.
         """
-        branch = self.branch
-        major, minor = cuda_major_minor(self.cuda)
-        specs: list[PackageSpec] = []
-        given = (self.driver.packages or {}).get(os_family)
-        if given:
-            specs += [PackageSpec(n, self.driver.version, "driver") for n in given]
-        elif os_family == "debian":
-            suffix = "-open" if self.driver.flavor == "open" else ""
-            name = f"nvidia-driver-{branch}{suffix}"
-            specs.append(PackageSpec(name, self.driver.version, "driver"))
-        else:
-            specs.append(PackageSpec("nvidia-driver", self.driver.version, "driver"))
-        specs.append(PackageSpec(f"cuda-toolkit-{major}-{minor}", self.cuda, "cuda"))
-        c = self.companions
-        if c.fabric_manager is not None:
-            name = f"nvidia-fabricmanager-{branch}"
-            if os_family == "rhel":
-                name = "nvidia-fabric-manager"
-            specs.append(PackageSpec(name, c.fabric_manager, "fabric_manager"))
-        if c.dcgm is not None:
-            specs.append(PackageSpec("datacenter-gpu-manager", c.dcgm, "dcgm"))
-        if c.container_toolkit is not None:
-            specs.append(
-                PackageSpec("nvidia-container-toolkit", c.container_toolkit, "container_toolkit")
-            )
-        if c.cudnn is not None:
-            cudnn_major = c.cudnn.split(".", 1)[0]
-            specs.append(PackageSpec(f"cudnn{cudnn_major}-cuda-{major}", c.cudnn, "cudnn"))
-        if c.tensorrt is not None:
-            specs.append(PackageSpec("tensorrt", c.tensorrt, "tensorrt"))
-        return specs
+        from fleet.domain.matrix.packages import release_packages
+
+        return release_packages(self, os_family)
 
     def driver_module_stream(self) -> str:
         """The RHEL dnf module stream that selects branch and flavor: "550-open" or "550-dkms"."""

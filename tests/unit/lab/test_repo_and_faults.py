@@ -82,6 +82,9 @@ def test_shared_packages_once_with_every_release() -> None:
     assert len(cuda) == 1 and cuda[0].releases == ["r550", "r550b"]
     dcgm = [p for p in pkgs if p.name == "datacenter-gpu-manager"]
     assert len(dcgm) == 1 and dcgm[0].releases == ["r550", "r555"]
+    # DCGM 3 as NVIDIA ships it: epoch 1, no revision; the file name leaves the epoch out
+    assert dcgm[0].version == "1:3.3.9"
+    assert dcgm[0].deb_name == "datacenter-gpu-manager_3.3.9_amd64.deb"
     assert len({p.deb_name for p in pkgs}) == len(pkgs)
 
 
@@ -97,7 +100,13 @@ def test_real_matrix_plans_branch_packages() -> None:
     m = load_matrix(ROOT / "matrices" / "example.yaml").matrix
     pkgs = repo.plan_packages(m.releases)
     drivers = [p for p in pkgs if "Conflicts" in p.control]
-    assert drivers and all(p.version.endswith("-1") for p in pkgs)
+    assert drivers and all(p.version.endswith("-1") for p in drivers)
+    by = {p.name: p.version for p in pkgs}
+    # NVIDIA's epochs and revisions (fleet/data/nvidia/packages.yaml), DCGM 4 under its names
+    assert by["datacenter-gpu-manager-4-core"].startswith("1:")
+    assert by["datacenter-gpu-manager-4-cuda12"] == "1:4.1.1-1"
+    assert by["tensorrt"].startswith("10.9.0.34-1+cuda12.8")
+    assert "datacenter-gpu-manager" not in by
     for rel in m.releases:
         first = rel.packages("debian")[0]
         assert any(p.name == first.name and p.upstream == first.version for p in drivers)

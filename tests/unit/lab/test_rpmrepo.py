@@ -25,8 +25,9 @@ def test_rpm_plan_uses_rhel_names_epochs_and_the_driver_payload() -> None:
     assert "driver_version=580.95.05" in str(driver.files["usr/share/gpusim/driver.conf"][0])
     assert "580.95.05 > /var/lib/gpusim/module.pending" in driver.scripts["post"]
     assert "fail-install" in driver.scripts["pre"] and '"$1" = 0' in driver.scripts["postun"]
-    dcgm = by[("datacenter-gpu-manager", "4.4.1")]
+    dcgm = by[("datacenter-gpu-manager-4-core", "4.4.1")]  # DCGM 4's own name
     assert dcgm.evr == "1:4.4.1-1.el9"
+    assert by[("datacenter-gpu-manager-4-cuda13", "4.4.1")].evr == "1:4.4.1-1.el9"
     assert dcgm.releases == ["r580-cuda13.0", "r595-cuda13.2"]  # shared: built once
     assert by[("cuda-toolkit-13-0", "13.0.2")].evr == "0:13.0.2-1.el9"
     spec = driver.spec(Path("/tmp/tree"))

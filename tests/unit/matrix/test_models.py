@@ -39,9 +39,13 @@ def test_debian_default_packages() -> None:
         PackageSpec("nvidia-driver-550-open", "550.54.15", "driver"),
         PackageSpec("cuda-toolkit-12-4", "12.4.1", "cuda"),
         PackageSpec("nvidia-fabricmanager-550", "550.54.15", "fabric_manager"),
-        PackageSpec("datacenter-gpu-manager", "3.3.9", "dcgm"),
+        PackageSpec("datacenter-gpu-manager", "3.3.9", "dcgm"),  # DCGM 3's name
         PackageSpec("nvidia-container-toolkit", "1.17.3", "container_toolkit"),
+        PackageSpec("nvidia-container-toolkit-base", "1.17.3", "container_toolkit"),
+        PackageSpec("libnvidia-container-tools", "1.17.3", "container_toolkit"),
+        PackageSpec("libnvidia-container1", "1.17.3", "container_toolkit"),
         PackageSpec("cudnn9-cuda-12", "9.1.1.17", "cudnn"),
+        PackageSpec("libcudnn9-cuda-12", "9.1.1.17", "cudnn"),
         PackageSpec("tensorrt", "10.0.1.6", "tensorrt"),
     ]
 

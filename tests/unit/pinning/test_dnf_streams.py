@@ -49,11 +49,13 @@ def test_upgrade_switches_the_stream_after_releasing_the_locks_and_before_instal
     plan = plan_pin("rhel", R595, ON_580, {"nvidia-driver", "cuda-toolkit-13-0"}, {},
                     module_stream="595-open", enabled_stream="580-open")
     cmds = [s.command for s in plan.steps]
-    assert cmds[0] == "dnf versionlock delete nvidia-driver"
+    # the old release's toolkit goes too: its lock is released with the driver's
+    assert cmds[0] == "dnf versionlock delete cuda-toolkit-13-0 nvidia-driver"
     assert cmds[1:3] == ["dnf -y module reset nvidia-driver",
                          "dnf -y module enable nvidia-driver:595-open"]
     assert cmds[3:5] == ["dnf -y install cuda-toolkit-13-2-13.2.1",  # install, then upgrade
-                         "dnf -y install nvidia-driver-595.58.03"]
+                         "dnf -y install nvidia-driver-3:595.58.03"]  # NVIDIA's epoch 3
+    assert cmds[5] == "dnf -y remove cuda-toolkit-13-0"
     assert plan.reboot_required
 
 

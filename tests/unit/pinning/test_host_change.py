@@ -98,11 +98,14 @@ def test_branch_switch_removes_and_releases_the_old_branch() -> None:
     assert kinds == {"nvidia-driver-570-open": (None, "570.124.06", "install"),
                      "cuda-toolkit-12-8": (None, "12.8.1", "install"),
                      "nvidia-driver-550": ("550.54.15", None, "remove"),
-                     "nvidia-utils-550": ("550.54.15", None, "remove")}
+                     "nvidia-utils-550": ("550.54.15", None, "remove"),
+                     "cuda-toolkit-12-4": ("12.4.1", None, "remove")}
     actions = {(h.package, h.action) for h in change.holds}
+    # the old release's toolkit goes with it (issue 14.4: a conformant host carries no other
+    # release's packages), its hold released first
     assert actions == {("nvidia-driver-570-open", "hold"), ("cuda-toolkit-12-8", "hold"),
-                       ("nvidia-driver-550", "unhold"), ("nvidia-utils-550", "unhold")}
-    # cuda-toolkit-12-4 is held and stays: another CUDA toolkit may live beside the release's
+                       ("nvidia-driver-550", "unhold"), ("nvidia-utils-550", "unhold"),
+                       ("cuda-toolkit-12-4", "unhold")}
     assert {f.action for f in change.files} == {"replace"}
 
 

@@ -86,14 +86,16 @@ def test_branch_switch_removes_old_branch_in_the_same_transaction() -> None:
         "nvidia-driver-570-open": "install",
         "cuda-toolkit-12-8": "install",
         "nvidia-driver-550": "remove",
+        "cuda-toolkit-12-4": "remove",  # another release's toolkit goes too (issue 14.4)
     }
     commands = [s.command for s in plan.steps if s.command]
     # a held package blocks removal through Conflicts: unhold comes first
-    assert commands[0] == "apt-mark unhold nvidia-driver-550"
+    assert commands[0] == "apt-mark unhold cuda-toolkit-12-4 nvidia-driver-550"
     install = next(c for c in commands if "apt-get install" in c)
-    assert install.endswith("nvidia-driver-570-open cuda-toolkit-12-8 nvidia-driver-550-")
-    # the other CUDA toolkit may stay: toolkits coexist
-    assert "cuda-toolkit-12-4" not in install
+    # purged, not removed: no `rc` configuration of the old branch is left behind
+    assert " --purge " in install
+    assert install.endswith(
+        "nvidia-driver-570-open cuda-toolkit-12-8 cuda-toolkit-12-4- nvidia-driver-550-")
     assert plan.reboot_required
 
 
@@ -137,8 +139,8 @@ class TestDnf:
         )
         assert [s.command for s in plan.steps] == [
             "dnf versionlock delete nvidia-driver",
-            "dnf -y downgrade nvidia-driver-550.54.15",
-            "dnf versionlock add nvidia-driver-550.54.15",
+            "dnf -y downgrade nvidia-driver-3:550.54.15",
+            "dnf versionlock add nvidia-driver-3:550.54.15",
         ]
 
     def test_locked_host_on_release_needs_nothing(self) -> None:
@@ -149,8 +151,8 @@ class TestDnf:
     def test_fresh_install_locks_everything(self) -> None:
         plan = plan_pin("rhel", self.wanted, {}, [], {})
         assert [s.command for s in plan.steps] == [
-            "dnf -y install nvidia-driver-550.54.15 cuda-toolkit-12-4-12.4.1",
-            "dnf versionlock add cuda-toolkit-12-4-12.4.1 nvidia-driver-550.54.15",
+            "dnf -y install nvidia-driver-3:550.54.15 cuda-toolkit-12-4-12.4.1",
+            "dnf versionlock add cuda-toolkit-12-4-12.4.1 nvidia-driver-3:550.54.15",
         ]
 
 

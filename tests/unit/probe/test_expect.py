@@ -37,9 +37,14 @@ def test_golden_of_a_pool_override(matrix: Matrix) -> None:
             "nvidia-driver-595-open",
             "cuda-toolkit-13-2",
             "nvidia-fabricmanager-595",
-            "datacenter-gpu-manager",
+            "datacenter-gpu-manager-4-core",  # DCGM 4's names
+            "datacenter-gpu-manager-4-cuda13",
             "nvidia-container-toolkit",
+            "nvidia-container-toolkit-base",
+            "libnvidia-container-tools",
+            "libnvidia-container1",
             "cudnn9-cuda-13",
+            "libcudnn9-cuda-13",
             "tensorrt",
         ),
     )

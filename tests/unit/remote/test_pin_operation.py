@@ -63,7 +63,9 @@ def test_branch_switch_runs_unhold_install_hold_in_order() -> None:
     ]
     assert mine[0] == "apt-mark unhold nvidia-driver-550"
     assert mine[-1] == "apt-mark hold cuda-toolkit-12-8 nvidia-driver-570"
-    assert any(c.endswith("nvidia-driver-570 cuda-toolkit-12-8 nvidia-driver-550-") for c in mine)
+    # the old release's toolkit is purged with its driver (issue 14.4)
+    assert any(c.endswith("nvidia-driver-570 cuda-toolkit-12-8 cuda-toolkit-12-4- "
+                          "nvidia-driver-550-") for c in mine)
 
 
 def test_pinned_host_is_a_noop() -> None:
