@@ -24,7 +24,8 @@ MatrixOpt = Annotated[Path, typer.Option("--matrix", "-m", envvar="FLEET_MATRIX"
                                          help="Version matrix (matrices/*.yaml).")]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
 Force = Annotated[bool, typer.Option(
-    "--force", help="Pin hosts of a pool that an unfinished rollout covers (recorded).")]
+    "--force", help="Pin hosts of a pool that an unfinished rollout covers (recorded): the "
+    "rollout is paused and its controller, wherever it runs, stops at its next step.")]
 
 SchedulerOpt = Annotated[str | None, typer.Option(
     "--scheduler", help="Drain hosts through none, slurm or kubernetes before they change "
