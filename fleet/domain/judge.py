@@ -86,6 +86,8 @@ class JudgeConfig:
     seed: int = 0
     min_samples: Mapping[str, int] = field(
         default_factory=lambda: {str(k): v for k, v in MIN_SAMPLES.items()})
+    # GPU utilization measured on neither side: inconclusive instead of judged without it
+    require_utilization: bool = False
 
 
 @dataclass(frozen=True)
@@ -163,7 +165,12 @@ def default_spec(name: str) -> MetricSpec | None:
     Errors: per-request 0/1 outcomes, at most 0.2 percentage point more. Throughput-like: higher
     is better, run level, 5%. Latency-like: lower is better, 5% on the median and 10% on p95/p99;
     a per-run summary (`latency_ms_p99`, `_mean`) is a run-level value and gets no tail checks.
+    GPU utilization and PCIe throughput (`fleet.domain.judge_util`): higher, run level, 50%.
     """
+    from fleet.domain import judge_util
+
+    if judge_util.is_utilization(name):
+        return judge_util.utilization_spec(name)
     if _RATE.search(name):
         return MetricSpec(name, "lower", 0.002, kind="rate")
     if _HIGHER.search(name):
@@ -596,13 +603,20 @@ def judge(
     """Judge every metric in either input (or only those in `specs` when `only_specified`).
 
     Metrics without a spec get `default_spec(name)`; one whose direction cannot be told from its
-    name is reported inconclusive, never silently skipped.
+    name is reported inconclusive, never silently skipped. GPU utilization is judged whenever
+    either side measured it, `only_specified` or not (`fleet.domain.judge_util`): it is the third
+    measurement of every gate, next to latency and throughput.
     """
+    from fleet.domain import judge_util
+
     by_name = dict(specs) if isinstance(specs, Mapping) else {s.name: s for s in specs or ()}
     names = list(by_name) if only_specified else sorted(
         set(canary) | set(baseline) | set(by_name))
+    cfg = config or JudgeConfig()
     results: list[MetricVerdict] = []
     for name in names:
+        if judge_util.is_utilization(name):
+            continue
         spec = by_name.get(name) or default_spec(name)
         nc, nb = _count(canary.get(name)), _count(baseline.get(name))
         if spec is None:
@@ -612,6 +626,8 @@ def judge(
                        "configure it (NAME:lower|higher:ALLOWANCE%)"))
             continue
         results.extend(judge_metric(spec, canary.get(name), baseline.get(name), config))
+    results += judge_util.utilization_checks(canary, baseline, by_name, cfg,
+                                             required=cfg.require_utilization)
     verdict, reason = overall(results)
     if baseline_source == "history":
         reason += " (history baseline: lower confidence)"

@@ -12,6 +12,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from fleet.domain.judge_util import UTILIZATION
 from fleet.history import History, record_benchmark
 
 
@@ -34,14 +35,22 @@ class BenchResult:
 
 
 def summary_of(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """The headline numbers of a host's document: replay metrics, or the synthetic medians."""
+    """The headline numbers of a host's document: replay metrics, or the synthetic medians;
+    with the GPU utilization seen during the run (`fleet/bench/gpu_util.py`) under
+    "gpu_utilization" (its source, mean per metric, or why it was not measured)."""
+    util = doc.get("gpu_utilization")
+    out: dict[str, Any]
     if doc.get("suite") == "replay":
-        return dict(doc.get("metrics") or {})
-    out: dict[str, Any] = {"source": doc.get("source"), "verdict": doc.get("verdict")}
-    for k, v in (doc.get("samples") or {}).items():
-        if v:
-            vs = sorted(v)
-            out[k] = vs[len(vs) // 2]
+        out = dict(doc.get("metrics") or {})
+    else:
+        out = {"source": doc.get("source"), "verdict": doc.get("verdict")}
+        for k, v in (doc.get("samples") or {}).items():
+            if v and k not in UTILIZATION:
+                vs = sorted(v)
+                out[k] = vs[len(vs) // 2]
+    if isinstance(util, Mapping):
+        out["gpu_utilization"] = {k: util[k] for k in ("source", "gpus", "mean", "error")
+                                  if k in util}
     return out
 
 

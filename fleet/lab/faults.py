@@ -105,6 +105,11 @@ FAULTS: dict[str, tuple[dict[str, str], str]] = {
         "running on any other CPU is on the far node",
     ),
     "busy": ({"gpu": "0", "util": "90", "mem": "40"}, "GPU utilization and memory-controller %"),
+    "cpu-fallback": (
+        {"branch": "0", "factor": "0.1"},
+        "the workload (model server, fleet-lab-bench) computes on the CPU, as a runtime that lost "
+        "its CUDA provider: `factor` times the speed, GPUs idle; only on driver `branch` (0: any)",
+    ),
     "stale-cdi": (
         {"version": "535.183.01"},
         "/etc/cdi/nvidia.yaml generated for driver `version` (its libraries, not the installed "
@@ -115,7 +120,7 @@ FAULTS: dict[str, tuple[dict[str, str], str]] = {
 _KEY_RE = re.compile(r"^[A-Za-z0-9_.*]{1,80}$")
 _VAL_RE = re.compile(r"^[A-Za-z0-9_.:+ /-]{0,120}$")
 _INT_PARAMS = {"gpu", "count", "per_hour", "gen", "width", "temp", "code", "pid", "mib", "rate",
-               "node", "util", "mem"}
+               "node", "util", "mem", "branch"}
 _CPUS_RE = re.compile(r"^\d{1,4}(?:-\d{1,4})?$")
 
 
@@ -349,6 +354,8 @@ def effects(fault: Fault, host: HostSpec) -> Effects:
                       pre + "procs": f"{p['pid']}:1024", pre + "util.gpu": "60"})
     elif name == "busy":
         e.set.update({pre + "util.gpu": p["util"], pre + "util.memory": p["mem"]})
+    elif name == "cpu-fallback":
+        e.set.update(cpu_fallback(p))
     elif name == "stale-cdi":
         e.files[CDI_SPEC] = cdi_spec(p["version"], prof.count)
     return e
@@ -409,3 +416,10 @@ def parse_aer_file(text: str) -> dict[str, int]:
         if len(parts) == 2 and parts[1].isdigit():
             out[parts[0]] = int(parts[1])
     return out
+
+
+def cpu_fallback(p: dict[str, str]) -> dict[str, str]:
+    """State keys the lab workload reads (`cpu_fallback` in fleet/lab/perf.py)."""
+    branch = str(int(p["branch"]))
+    return {"perf.cpu_fallback": "any" if branch == "0" else branch,
+            "perf.cpu_fallback_factor": p["factor"]}

@@ -32,6 +32,7 @@ from fleet.remote.inline import inline_python_command
 BENCH_DIR = Path(__file__).resolve().parent.parent / "bench"
 RUNNER = BENCH_DIR / "runner.py"
 REPLAY = BENCH_DIR / "replay.py"
+GPU_UTIL = BENCH_DIR / "gpu_util.py"  # wraps either: NVML utilization sampled during the run
 INLINE_TRACE_BYTES = 96 * 1024
 SUITES = ("synthetic", "replay")
 
@@ -92,6 +93,12 @@ def replay_args(params: Mapping[str, Any]) -> list[str]:
         if v is not None:
             args += [flag, repr(v)]
     return args
+
+
+def sampled(script: Path, args: Sequence[str]) -> str:
+    """`script` with `args` run under the GPU utilization sampler (`fleet/bench/gpu_util.py`)."""
+    return (inline_python_command(GPU_UTIL, ["--interval", "0.2", "--"]) + " "
+            + inline_python_command(script, args))
 
 
 def trace_payload(trace: bytes) -> str:
@@ -174,7 +181,7 @@ def run_benchmark_docs(conn: Any, hosts: Sequence[str] | None, suite: str,
         raise ValueError(f"suite: expected one of {', '.join(SUITES)}, got {suite!r}")
     upload: tuple[bytes, str] | None = None
     if suite == "synthetic":
-        command = inline_python_command(RUNNER, synthetic_args(params)) + " || true"
+        command = sampled(RUNNER, synthetic_args(params)) + " || true"
     else:
         trace = params.get("trace")
         if not isinstance(trace, bytes | bytearray) or not trace.strip():
@@ -182,11 +189,11 @@ def run_benchmark_docs(conn: Any, hosts: Sequence[str] | None, suite: str,
         payload = trace_payload(bytes(trace))
         if len(payload) <= INLINE_TRACE_BYTES:
             args = ["--trace-data", payload, *replay_args(params)]
-            command = inline_python_command(REPLAY, args) + " || true"
+            command = sampled(REPLAY, args) + " || true"
         else:
             remote = f"/tmp/fleet-trace-{uuid.uuid4().hex}.jsonl"
             upload = (bytes(trace), remote)
-            command = (inline_python_command(REPLAY, ["--trace", remote, *replay_args(params)])
+            command = (sampled(REPLAY, ["--trace", remote, *replay_args(params)])
                        + f" || true; rm -f {remote}")
 
     wanted = set(hosts) if hosts is not None else None

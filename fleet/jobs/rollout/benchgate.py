@@ -12,6 +12,7 @@ from fleet.domain.gates import (
     from_judge,
 )
 from fleet.domain.judge import choose_baseline, judge
+from fleet.domain.judge_util import GPU_UTIL
 from fleet.domain.matrix.models import RolloutSettings
 from fleet.history.rollouts import (
     StepRow,
@@ -146,8 +147,13 @@ class BenchGate(EngineCore):
                       config=self.opts.judge_config, only_specified=bool(specs))
             v = from_judge(j.verdict)
             verdicts.append(v)
-            reasons.append(f"{suite}: {j.verdict}: {j.reason}")
+            # GPU utilization is judged by `judge` whenever either side has it (one side without
+            # it is inconclusive); a backend that measures it on neither side is said so here
+            measured = GPU_UTIL in c_samples or GPU_UTIL in base
+            note = "" if measured else " (GPU utilization not measured on either side)"
+            reasons.append(f"{suite}: {j.verdict}: {j.reason}{note}")
             detail["suites"][suite] = {"verdict": j.verdict, "baseline_source": source,
+                                       "gpu_utilization_measured": measured,
                                        "low_confidence": j.low_confidence,
                                        "metrics": [m.as_dict() for m in j.metrics]}
         return combine(verdicts), "; ".join(reasons), detail

@@ -13,6 +13,12 @@
  *             injected fault:  gpu.count=8   gpu*.name=NVIDIA H100 80GB HBM3   gpu0.ecc.volatile.sbe=14
  *             gpu1.error.nvmlDeviceGetTemperature=15   gpu1.error.*=15 (lost)   error.nvmlInit=9
  *             gpu0.ecc.volatile.sbe.per_hour=120 + gpu0.ecc.growth_since=<epoch> (steady growth)
+ *   work      /run/gpusim/work.d ($GPUSIM_WORK_DIR): a file per process doing "GPU work" (the
+ *             lab's model server and benchmark, fleet/lab/perf.py), key=value: updated=<epoch s>
+ *             util.gpu, util.memory (% over the last sample period), pcie.rx_kbps, pcie.tx_kbps
+ *             (per GPU). Utilization and PCIe throughput are the sum over the files updated in
+ *             the last second plus any state value (an injected `busy` fault), capped at 100 %:
+ *             the GPUs look busy exactly while the lab's workload runs kernels on them.
  * All files are re-read when their mtime changes. A function not implemented here is simply not
  * exported, so pynvml raises NVMLError_FunctionNotFound (it resolves symbols lazily).
  */
@@ -25,6 +31,7 @@
 #include <pthread.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <dirent.h>
 
 typedef int nvmlReturn_t;
 #define NVML_SUCCESS 0
@@ -522,12 +529,57 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t dev, nvmlMemory_v2_t
     UNLOCK_RETURN(NVML_SUCCESS);
 }
 
+/* the lab workload's current figures: `key` summed over the work files updated in the last
+ * second (a process that stopped or died leaves a stale file, which counts for nothing) */
+#define WORK_FRESH_S 1.0
+static const char *work_dir(void) {
+    const char *p = getenv("GPUSIM_WORK_DIR");
+    return p && *p ? p : "/run/gpusim/work.d";
+}
+static double work_sum(const char *key) {
+    DIR *d = opendir(work_dir());
+    if (!d) return 0;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    double now = ts.tv_sec + ts.tv_nsec / 1e9, total = 0;
+    size_t klen = strlen(key);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char path[1024], line[256];
+        snprintf(path, sizeof path, "%s/%s", work_dir(), e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        double updated = -1, value = 0;
+        while (fgets(line, sizeof line, f)) {
+            if (!strncmp(line, "updated=", 8)) updated = strtod(line + 8, NULL);
+            else if (!strncmp(line, key, klen) && line[klen] == '=') value = strtod(line + klen + 1, NULL);
+        }
+        fclose(f);
+        if (updated >= 0 && now - updated <= WORK_FRESH_S && value > 0) total += value;
+    }
+    closedir(d);
+    return total;
+}
+
 typedef struct { unsigned int gpu, memory; } nvmlUtilization_t;
 EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t dev, nvmlUtilization_t *u) {
     DEV_PROLOGUE("nvmlDeviceGetUtilizationRates");
     if (!u) UNLOCK_RETURN(NVML_ERROR_INVALID_ARGUMENT);
-    u->gpu = (unsigned int)gnum(gi, "util.gpu", 0);
-    u->memory = (unsigned int)gnum(gi, "util.memory", 0);
+    double g = gnum(gi, "util.gpu", 0) + work_sum("util.gpu");
+    double m = gnum(gi, "util.memory", 0) + work_sum("util.memory");
+    u->gpu = (unsigned int)(g > 100 ? 100 : g + 0.5);
+    u->memory = (unsigned int)(m > 100 ? 100 : m + 0.5);
+    UNLOCK_RETURN(NVML_SUCCESS);
+}
+
+/* counter 0 = TX (bytes the GPU sent), 1 = RX; KB/s, like NVML's 20 ms window */
+EXPORT nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t dev, int counter, unsigned int *value) {
+    DEV_PROLOGUE("nvmlDeviceGetPcieThroughput");
+    if (!value || counter < 0 || counter > 1) UNLOCK_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    const char *key = counter ? "pcie.rx_kbps" : "pcie.tx_kbps";
+    double v = gnum(gi, key, 0) + work_sum(key);
+    *value = (unsigned int)(v + 0.5);
     UNLOCK_RETURN(NVML_SUCCESS);
 }
 
