@@ -1,5 +1,6 @@
 """The rollout engine over real SSH on the lab: a good release goes through every wave, the slow
-release fails the benchmark gate and is rolled back, a controller killed with SIGKILL resumes.
+release fails the benchmark gate and is rolled back, so does a release on which the workload falls
+back to the CPU (GPU utilization), a controller killed with SIGKILL resumes.
 
 Pool h100 of the session lab holds h2 and h5 (H100): wave 1 moves one host while the other, still
 on the old release, is the same-time baseline. `matrices/lab.yaml` gives the pools the lab's own
@@ -12,6 +13,7 @@ import json
 import os
 import random
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -80,6 +82,33 @@ def test_the_slow_release_fails_the_benchmark_gate_and_is_rolled_back(env, hosts
     assert rc == 1 and doc["status"] == "rolled_back", doc
     assert "benchmark" in doc["reason"], doc["reason"]
     assert drivers(hosts) == dict.fromkeys(POOL_HOSTS, R595)
+
+
+def test_a_release_whose_workload_falls_back_to_the_cpu_is_rolled_back(env, hosts,
+                                                                      lab_paths) -> None:
+    """On driver branch 595 the hosts' workload computes on the CPU (`cpu-fallback`): the
+    canary's GPUs idle during its benchmark, the gate fails naming GPU utilization with the
+    baseline's and the candidate's figures, the wave goes back to r580; the utilization samples
+    of both sides are in the history."""
+    pin(env, "r580-cuda13.0")
+    try:
+        for name in POOL_HOSTS:
+            lab.inject(lab_paths, name, ["cpu-fallback:branch=595"])
+        rc, doc = start(env, "r595-cuda13.2")
+    finally:
+        for name in POOL_HOSTS:
+            lab.reset(lab_paths, name)
+    assert rc == 1 and doc["status"] == "rolled_back", doc
+    reason = doc["reason"]
+    assert "GPU utilization (gpu_util_pct): fail: candidate 0.0% vs baseline " in reason, reason
+    assert "the candidate's GPUs idle while serving" in reason
+    assert drivers(hosts) == dict.fromkeys(POOL_HOSTS, R580)
+    with sqlite3.connect(env["FLEET_DB"]) as db:
+        rows = db.execute(
+            "SELECT r.release, max(s.value) FROM benchmark_samples s JOIN benchmark_runs r "
+            "ON r.id = s.run_id WHERE s.metric = 'gpu_util_pct' GROUP BY r.release").fetchall()
+    peak = dict(rows)
+    assert peak.get("r595-cuda13.2") == 0.0 and peak.get("r580-cuda13.0", 0) > 50, rows
 
 
 def test_a_killed_controller_resumes_and_finishes(env, hosts) -> None:
