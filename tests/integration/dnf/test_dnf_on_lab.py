@@ -69,7 +69,7 @@ def fleet(env: dict[str, str], *args: str) -> tuple[int, dict]:
 
 def rpm_versions(host: Host) -> dict[str, str]:
     out = host.sh("rpm -qa --qf '%{NAME} %{EPOCHNUM}:%{VERSION}\\n' 'nvidia-*' 'cuda-*' "
-                  "'datacenter-gpu-manager*'")[1]
+                  "'datacenter-gpu-manager*' 'cudnn*' 'libcudnn*'")[1]
     return dict(line.split() for line in out.splitlines())
 
 
@@ -117,9 +117,13 @@ def test_pin_reboots_locks_and_a_second_run_changes_nothing(el9) -> None:
         h.close()
         assert h.nvml()["driver"] == R580
         assert rpm_versions(h) == {"nvidia-driver": f"3:{R580}", "cuda-toolkit-13-0": "0:13.0.2",
-                                   "datacenter-gpu-manager": "1:4.4.1"}
+                                   "datacenter-gpu-manager": "1:3.3.9",
+                                   "cudnn9-cuda-13": "0:9.13.0.50",
+                                   "libcudnn9-cuda-13": "0:9.13.0.50"}
         assert locks(h) == {f"nvidia-driver-3:{R580}-1.el9.*", "cuda-toolkit-13-0-0:13.0.2-1.el9.*",
-                            "datacenter-gpu-manager-1:4.4.1-1.el9.*"}
+                            "datacenter-gpu-manager-1:3.3.9-1.el9.*",
+                            "cudnn9-cuda-13-0:9.13.0.50-1.el9.*",
+                            "libcudnn9-cuda-13-0:9.13.0.50-1.el9.*"}
         assert stream(h) == ["580-open"]
     rc, doc = fleet(env, "apply", "-r", "r580-cuda13.0")
     assert rc == 0 and {h["outcome"] for h in doc["hosts"]} == {"unchanged"}, doc
@@ -153,6 +157,11 @@ def test_upgrade_reboots_into_the_new_driver_and_rollback_returns(el9) -> None:
     have = rpm_versions(h2)
     assert have["nvidia-driver"] == f"3:{R595}" and have["cuda-toolkit-13-2"] == "0:13.2.1"
     assert f"nvidia-driver-3:{R595}-1.el9.*" in locks(h2) and stream(h2) == ["595-open"]
+    # DCGM 3 -> 4 changes names; the old release's toolkit and DCGM go, locks and all (14.4)
+    assert have["datacenter-gpu-manager-4-core"] == "1:4.4.1"
+    assert not {"cuda-toolkit-13-0", "datacenter-gpu-manager"} & set(have)
+    assert not any(lk.startswith(("cuda-toolkit-13-0-", "datacenter-gpu-manager-1:"))
+                   for lk in locks(h2))
     rc, doc = fleet(env, "rollback", "--host", "h2", "--reason", "el9 canary regression", "--yes")
     assert rc == 0, doc
     h = one(doc)
@@ -160,8 +169,14 @@ def test_upgrade_reboots_into_the_new_driver_and_rollback_returns(el9) -> None:
         "r595-cuda13.2", "r580-cuda13.0", "changed"), h
     h2.close()
     assert h2.nvml()["driver"] == R580
-    assert rpm_versions(h2)["nvidia-driver"] == f"3:{R580}"
+    have = rpm_versions(h2)
+    assert have["nvidia-driver"] == f"3:{R580}" and have["datacenter-gpu-manager"] == "1:3.3.9"
     assert f"nvidia-driver-3:{R580}-1.el9.*" in locks(h2) and stream(h2) == ["580-open"]
+    # no package or lock of r595 is left (issue 14.4)
+    assert not {"cuda-toolkit-13-2", "datacenter-gpu-manager-4-core",
+                "datacenter-gpu-manager-4-cuda13"} & set(have), have
+    assert not any(lk.startswith(("cuda-toolkit-13-2-", "datacenter-gpu-manager-4-"))
+                   for lk in locks(h2)), locks(h2)
 
 
 def test_failed_transaction_leaves_the_old_release_locked(el9) -> None:
@@ -181,3 +196,65 @@ def test_failed_transaction_leaves_the_old_release_locked(el9) -> None:
     assert f"nvidia-driver-3:{R580}-1.el9.*" in locks(h3) and stream(h3) == ["580-open"]
     rc, doc = fleet(env, "apply", "-r", "r580-cuda13.0", "-l", "h3", "--dry")
     assert rc == 0 and one(doc)["outcome"] == "unchanged", doc
+
+
+# ------------------------------------------------------------------ apt: epochs, other releases
+def dpkg_status(host: Host, *globs: str) -> dict[str, str]:
+    """name -> `hi 1:3.3.6` (held, installed) for every package dpkg knows (`rc`: removed,
+    configuration left)."""
+    q = " ".join(f"'{g}'" for g in globs)
+    out = host.sh("dpkg-query -W -f='${Package} ${db:Status-Abbrev} ${Version}\\n' "
+                  f"{q} 2>/dev/null || true")[1]
+    return {p[0]: f"{p[1][:2]} {p[2] if len(p) > 2 else ''}".strip()
+            for p in (line.split() for line in out.splitlines()) if len(p) >= 2}
+
+
+def test_apt_holds_dcgm_at_its_epoch_version_while_a_newer_one_sits_in_the_repo(el9) -> None:
+    """NVIDIA ships DCGM 3 as `1:3.3.6`: a pin on `3.3.6-*` matches nothing (shown below with
+    apt's own policy) and apt would install the newest; fleet pins `1:3.3.6`."""
+    _, hosts, env = el9
+    h1 = hosts["h1"]
+    rc, doc = fleet(env, "apply", "-r", "r570-cuda12.8", "-l", "h1")
+    assert rc == 0 and one(doc)["outcome"] == "changed", doc
+    h1.close()
+    assert dpkg_status(h1, "datacenter-gpu-manager")["datacenter-gpu-manager"] == "hi 1:3.3.6"
+    assert "datacenter-gpu-manager" in h1.sh("apt-mark showhold")[1].split()
+    assert "Pin: version 1:3.3.6\n" in h1.sh("cat /etc/apt/preferences.d/fleet-nvidia.pref")[1]
+    policy = h1.sh("apt-cache policy datacenter-gpu-manager")[1]
+    assert "Candidate: 1:3.3.6" in policy and "1:3.3.9" in policy, policy  # newer in the repo
+    # even with the hold lifted, apt keeps the pinned version
+    sim = h1.sh("apt-get -s -q --allow-change-held-packages install datacenter-gpu-manager && "
+                "apt-get -s -q --allow-change-held-packages dist-upgrade")[1]
+    assert "Inst datacenter-gpu-manager" not in sim, sim
+    # the pin without the epoch, as fleet wrote it before: apt's candidate is the newest
+    h1.sh("mkdir -p /tmp/epochless && printf 'Package: datacenter-gpu-manager\\n"
+          "Pin: version 3.3.6-*\\nPin-Priority: 1001\\n' > /tmp/epochless/p.pref")
+    old = h1.sh("apt-cache -o Dir::Etc::PreferencesParts=/tmp/epochless "
+                "policy datacenter-gpu-manager && rm -rf /tmp/epochless")[1]
+    assert "Candidate: 1:3.3.9" in old, old
+
+
+def test_apt_rollback_leaves_no_package_or_hold_of_the_other_release(el9) -> None:
+    """r570 -> r595 -> rollback: DCGM 4, the CUDA 13 toolkit and cuDNN of r595 are purged (no
+    `rc` left), their holds gone; the host is r570 again with DCGM 3 at its epoch."""
+    _, hosts, env = el9
+    h1 = hosts["h1"]
+    rc, doc = fleet(env, "apply", "-r", "r595-cuda13.2", "-l", "h1")
+    assert rc == 0 and one(doc)["outcome"] == "changed", doc
+    h1.close()
+    have = dpkg_status(h1, "nvidia-*", "cuda-*", "datacenter-gpu-manager*", "cudnn*",
+                       "libcudnn*")
+    assert have["datacenter-gpu-manager-4-core"] == "hi 1:4.4.1-1"
+    assert not {"datacenter-gpu-manager", "cuda-toolkit-12-8", "cudnn9-cuda-12",
+                "nvidia-driver-570-open"} & set(have), have  # purged: not even `rc`
+    rc, doc = fleet(env, "rollback", "--host", "h1", "--reason", "DCGM 4 regression", "--yes")
+    assert rc == 0 and one(doc)["to_release"] == "r570-cuda12.8", doc
+    h1.close()
+    assert h1.nvml()["driver"] == R570
+    have = dpkg_status(h1, "nvidia-*", "cuda-*", "datacenter-gpu-manager*", "cudnn*",
+                       "libcudnn*")
+    gone = {"datacenter-gpu-manager-4-core", "datacenter-gpu-manager-4-cuda13",
+            "cuda-toolkit-13-2", "cudnn9-cuda-13", "libcudnn9-cuda-13", "nvidia-driver-595-open"}
+    assert not gone & set(have), have
+    assert have["datacenter-gpu-manager"] == "hi 1:3.3.6"
+    assert not gone & set(h1.sh("apt-mark showhold")[1].split())
