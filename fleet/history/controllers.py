@@ -76,7 +76,7 @@ class Holder:
             beat = _iso(self.heartbeat)
             if wall is not None:
                 beat += f", {max(0.0, (wall - _aware(self.heartbeat)).total_seconds()):.0f} s ago"
-        return (f"rollout {self.rollout_id} ({self.status}) holds {', '.join(self.pools)}: "
+        return (f"rollout {self.rollout_id} is {self.status} on {', '.join(self.pools)}: "
                 f"{who}, since {_iso(self.since)}, last heartbeat {beat}")
 
     def as_dict(self) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Several controllers on one PostgreSQL history, each a process in its own network namespace.
 
 - 4 controllers race 100 times each for rollouts of overlapping pools: never two owners of a
-  pool (the history's intervals, and a file lock each owner holds while it runs), every
+  pool (event order per pool, and a file lock each owner holds while it runs), every
   attempt and every rollout event on record.
 - A controller that hangs (SIGSTOP) is taken over with `fleet rollout resume --force` only once
   its heartbeat is stale; when it comes back it stops on its own, touching no host.
@@ -166,7 +166,7 @@ def test_stale_owner_is_taken_over_and_stops_when_it_comes_back(
                                   "--sim-state", str(tmp_path / "c.json"), "-l", "a100")
         assert other.returncode == 3, other.stdout + other.stderr
         said = " ".join((other.stdout + other.stderr).split())
-        assert f"rollout {rid} (running) holds a100: controller holder@ctl0" in said
+        assert f"rollout {rid} is running on a100: controller holder@ctl0" in said
         assert "since " in said and "last heartbeat" in said
         time.sleep(max(0.0, stale + 0.5 - (time.monotonic() - stopped_at)))
         taken = machines[1].fleet("rollout", "resume", str(rid), "--force", "--json")
@@ -205,7 +205,7 @@ def test_forced_rollback_preempts_and_hygiene_sees_hosts_in_flight(
     try:
         wait_file(marks / "stopped", a, timeout=120)
         rid = json.loads((marks / "stopped").read_text())["rollout"]
-        # hygiene on controller 3 while the rollout holds a100 between apply and verify
+        # hygiene on controller 3 while the rollout holds a100 between pin and reboot
         hy = finish(machines[3].spawn({"mode": "hygiene", "matrix": str(matrix),
                                        "sim_state": str(state)}, tmp_path / "h.json"),
                     tmp_path / "h.json")
@@ -230,7 +230,7 @@ def test_forced_rollback_preempts_and_hygiene_sees_hosts_in_flight(
     moving = {h for h, (outcome, _) in yes["hosts"].items()}
     for h, (outcome, error) in no["hosts"].items():
         assert outcome == "refused", (h, outcome)
-        assert f"rollout {rid} (running) holds a100: controller holder@ctl0" in error
+        assert f"rollout {rid} is running on a100: controller holder@ctl0" in error
         assert "last heartbeat" in error
     assert all(outcome in ("changed", "unchanged") for outcome, _ in yes["hosts"].values()), yes
     # the rollout's controller stopped at its next step and said why

@@ -66,7 +66,7 @@ def test_second_start_names_the_holder(matrix: Matrix, tmp_path: Path) -> None:
 
     rig.start(engine=rig.engine(checkpoint=checkpoint))
     (err,) = seen
-    assert "holds h100" in str(err) and "controller tester@testbox (pid 1000)" in str(err)
+    assert "is running on h100" in str(err) and "controller tester@testbox (pid 1000)" in str(err)
     assert "since " in str(err) and "last heartbeat" in str(err)
     assert err.holders[0].owner == "tester@testbox" and err.holders[0].pid == 1000
 
