@@ -149,9 +149,10 @@ def preempt(history: History, pools: Sequence[str], *, owner: str, pid: int, act
             reason: str | None, kind: str, at: dt.datetime,
             wall: dt.datetime) -> list[Holder]:
     """Take the lock of every unfinished rollout covering `pools` for a forced pin (`fleet
-    rollback --force`): each is paused and its controller stops at its next step, told why by
-    the `rollout.preempt` event. Returns what held them. `release(...)` gives the locks back
-    when the pin is done (the rollouts stay paused: resume or abort them)."""
+    rollback --force`): each running one is paused (one aborting or rolling back stays so) and
+    its controller stops at its next step, told why by the `rollout.preempt` event. Returns
+    what held them. `release(...)` gives the locks back when the pin is done (the rollouts stay
+    paused: resume or abort them)."""
     when, beat = require_aware(at, "at"), require_aware(wall, "wall")
     with history.write() as s:
         serialise_starts(s, history.dialect)  # no start slips in between the read and the take
@@ -160,12 +161,13 @@ def preempt(history: History, pools: Sequence[str], *, owner: str, pid: int, act
             ro = s.get(Rollout, h.rollout_id, with_for_update=True)
             assert ro is not None
             ro.lock_owner, ro.lock_pid, ro.lock_heartbeat = owner, pid, beat
-            ro.status = "paused"
+            if ro.status == "running":  # an abort or rollback under way stays what it is
+                ro.status = "paused"
             s.add(ro)
             s.add(Event(at=when, actor=actor, kind="rollout.preempt",
                         subject=f"rollout/{h.rollout_id}",
                         message=f"{kind} --force on {', '.join(h.pools)} by {owner} (pid {pid})"
-                                + (f": {reason}" if reason else "") + "; rollout paused",
+                                + (f": {reason}" if reason else "") + f"; rollout {ro.status}",
                         data={"previous": h.as_dict(), "owner": owner, "pid": pid,
                               "kind": kind, "reason": reason}))
         return found

@@ -172,10 +172,13 @@ def rollback(cfg: dict[str, Any], history: Any, m: Any) -> dict[str, Any]:
     fleet = load_fleet(Path(cfg["sim_state"]), m)  # this controller's own view of the hosts
     names = [r.name for r in fleet.hosts() if r.pool == cfg["pool"]]
     rel = m.previous_for(cfg["pool"])
-    results = pin_hosts(fleet, history, m, dict.fromkeys(names, rel), now=wall,
-                        kind="rollback", reason=cfg["reason"], actor=NAME, force=cfg["force"],
-                        scheduler=fleet.scheduler(), sleep=lambda s: None)
-    return {"hosts": {r.host: [r.outcome, r.error] for r in results}}
+    out = []
+    for force in cfg["force"]:  # e.g. [false, true]: refused, then forced
+        results = pin_hosts(fleet, history, m, dict.fromkeys(names, rel), now=wall,
+                            kind="rollback", reason=cfg["reason"], actor=NAME, force=force,
+                            scheduler=fleet.scheduler(), sleep=lambda s: None)
+        out.append({r.host: [r.outcome, r.error] for r in results})
+    return {"runs": out}
 
 
 def hygiene(cfg: dict[str, Any], history: Any, m: Any) -> dict[str, Any]:
