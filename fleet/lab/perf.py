@@ -69,7 +69,7 @@ def cpu_fallback(cfg, state=None):
 import threading
 
 WORK_DIR = os.environ.get("GPUSIM_WORK_DIR") or "/run/gpusim/work.d"
-WINDOW = 1.0 / 6  # NVML's utilization sample period: between 1 s and 1/6 s by product
+WINDOW = 1.0  # NVML's utilization sample period: 1 s to 1/6 s by product; the long one here
 
 class GpuWork:
     # The time this process keeps the (fake) GPUs busy, written for the fake NVML.
@@ -149,13 +149,14 @@ class GpuWork:
                 time.sleep(0.05)
 
     def close(self):
-        # The process is done with the GPUs (a benchmark before it exits): its work is gone.
+        # The process is done with the GPUs (a benchmark before it exits): a last record marked
+        # closed, which the fake NVML fades out over one window, as NVML's own average would.
+        now = time.time()
+        values = self.snapshot(now)[0]
+        values.update({"closed": 1, "window_s": WINDOW})
+        self._write(values, now)
         with self.wlock:
             self.closed = True
-            try:
-                os.unlink(self.path)
-            except OSError:
-                pass
 
 def nvml_error():
     try:

@@ -16,7 +16,8 @@
  *   work      /run/gpusim/work.d ($GPUSIM_WORK_DIR): a file per process doing "GPU work" (the
  *             lab's model server and benchmark, fleet/lab/perf.py), key=value: updated=<epoch s>
  *             util.gpu, util.memory (% over the last sample period), pcie.rx_kbps, pcie.tx_kbps
- *             (per GPU). Utilization and PCIe throughput are the sum over the files updated in
+ *             (per GPU), closed=1 + window_s once the process is done (faded out over that
+ *             window). Utilization and PCIe throughput are the sum over the files updated in
  *             the last second plus any state value (an injected `busy` fault), capped at 100 %:
  *             the GPUs look busy exactly while the lab's workload runs kernels on them.
  * All files are re-read when their mtime changes. A function not implemented here is simply not
@@ -550,13 +551,21 @@ static double work_sum(const char *key) {
         snprintf(path, sizeof path, "%s/%s", work_dir(), e->d_name);
         FILE *f = fopen(path, "r");
         if (!f) continue;
-        double updated = -1, value = 0;
+        double updated = -1, value = 0, window = 0;
+        int closed = 0;
         while (fgets(line, sizeof line, f)) {
             if (!strncmp(line, "updated=", 8)) updated = strtod(line + 8, NULL);
+            else if (!strncmp(line, "closed=", 7)) closed = atoi(line + 7);
+            else if (!strncmp(line, "window_s=", 9)) window = strtod(line + 9, NULL);
             else if (!strncmp(line, key, klen) && line[klen] == '=') value = strtod(line + klen + 1, NULL);
         }
         fclose(f);
-        if (updated >= 0 && now - updated <= WORK_FRESH_S && value > 0) total += value;
+        double age = now - updated;
+        if (updated < 0 || value <= 0 || age < -1) continue;
+        if (closed && window > 0)  /* the process ended: its work leaves the average */
+            total += age < window ? value * (1 - (age > 0 ? age : 0) / window) : 0;
+        else if (age <= WORK_FRESH_S)
+            total += value;
     }
     closedir(d);
     return total;
