@@ -10,6 +10,8 @@ A host is conformant when
 - that driver is the one of an allowed release (`Matrix.allowed_releases`: every pool's golden
   plus `policy.allowed`) and not a blocked version;
 - every package of that release is installed at the release's version and held;
+- no package of another release is installed, held or left as `rc` configuration (another
+  CUDA toolkit, cuDNN or DCGM generation: `fleet.domain.checks.packages`);
 - the running kernel meets the release's kernel constraint (when both are known);
 - on Debian, unattended-upgrades excludes the release's packages, when the probe reports the
   exclusion (it is recorded as 'not verified' otherwise).
@@ -25,6 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from fleet.domain.checks.packages import leftovers
 from fleet.domain.facts import HostFacts
 from fleet.domain.matrix.models import Matrix, OsFamily, Release
 from fleet.domain.pinning import upstream_of
@@ -225,6 +228,12 @@ def _release_differences(
             if not p.held:
                 what = "apt-mark hold" if osf == "debian" else "versionlock"
                 diffs.append(Difference(f"{spec.name} hold", "not held", "held", what))
+        # another release's packages, holds or `rc` configuration, with the command that
+        # removes each (fleet apply of the release purges them too)
+        for lo in leftovers(pk, [sp.name for sp in specs], osf,
+                            {sp.name: sp.component for sp in specs}):
+            diffs.append(Difference(f"{lo.component} of another release", lo.describe(),
+                                    "not on the host", lo.fix(osf)))
     kernel = facts.identity.kernel if facts.identity else None
     constraint = release.companions.kernel
     if constraint and kernel:

@@ -68,6 +68,8 @@ class PackageVersion(BaseModel):
 class Packages(_Facts):
     manager: Literal["dpkg", "rpm"] | None = None
     items: list[PackageVersion] = Field(default_factory=list)
+    residual: list[PackageVersion] = Field(default_factory=list)
+    """dpkg: removed with configuration left (`rc`), or held while not installed."""
 
     def get(self, name: str) -> PackageVersion | None:
         return next((p for p in self.items if p.name == name), None)

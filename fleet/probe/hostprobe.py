@@ -770,6 +770,21 @@ def parse_dpkg(text):
     return items
 
 
+def parse_dpkg_residual(text):
+    """Packages dpkg keeps that are not installed: configuration left (`rc`) or held."""
+    items = []
+    for raw in text.splitlines():
+        parts = raw.split("\t")
+        if len(parts) < 3 or not PACKAGE_RX.match(parts[0]):
+            continue
+        status = parts[2].split()
+        if len(status) == 3 and (status[2] == "config-files"
+                                 or (status[0] == "hold" and status[2] == "not-installed")):
+            items.append({"name": parts[0].split(":")[0], "version": parts[1],
+                          "held": status[0] == "hold"})
+    return items
+
+
 def parse_rpm(text, locks=""):
     items = []
     locked = [ln.strip() for ln in locks.splitlines() if ln.strip() and not ln.startswith("#")]
@@ -804,7 +819,8 @@ def package_managers(os_release):
 def _dpkg_packages(h):
     r = h.run(["dpkg-query", "-W", "-f", "${Package}\t${Version}\t${Status}\n"])
     if not is_err(r) and r[0] in (0, 1) and r[1]:
-        return {"manager": "dpkg", "items": sorted(parse_dpkg(r[1]), key=lambda p: p["name"])}
+        return {"manager": "dpkg", "items": sorted(parse_dpkg(r[1]), key=lambda p: p["name"]),
+                "residual": sorted(parse_dpkg_residual(r[1]), key=lambda p: p["name"])}
     return None
 
 

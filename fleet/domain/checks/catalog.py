@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import fleet.domain.checks.cdi as cdi_check
+import fleet.domain.checks.packages as packages_check
 from fleet.domain.checks.models import (
     Expectations,
     Finding,
@@ -803,6 +804,9 @@ def container_runtime(
 
 # stale CDI specs after a driver upgrade (fleet/domain/checks/cdi.py)
 CHECKS.append(Check(cdi_check.CHECK_ID, cdi_check.READS, cdi_check.cdi_specs, cdi_check.SUMMARY))
+# another release's packages, holds or `rc` configuration (fleet/domain/checks/packages.py)
+CHECKS.append(Check(packages_check.CHECK_ID, packages_check.READS,
+                    packages_check.other_release_packages, packages_check.SUMMARY))
 
 
 @check("frameworks.cpu_fallback", ("frameworks", "gpus"), "torch/onnxruntime see the GPUs")

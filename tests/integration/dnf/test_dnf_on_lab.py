@@ -258,3 +258,30 @@ def test_apt_rollback_leaves_no_package_or_hold_of_the_other_release(el9) -> Non
     assert not gone & set(have), have
     assert have["datacenter-gpu-manager"] == "hi 1:3.3.6"
     assert not gone & set(h1.sh("apt-mark showhold")[1].split())
+
+
+def test_a_package_of_another_release_left_by_hand_gets_a_finding_and_apply_removes_it(
+        el9) -> None:
+    """r595's toolkit installed by hand next to r570 (apt, held) and r580 (dnf): the probe's
+    check names it with the fix; `fleet apply` of the host's release takes it off again."""
+    _, hosts, env = el9
+    h1, h2 = hosts["h1"], hosts["h2"]
+    h1.sh("DEBIAN_FRONTEND=noninteractive apt-get install -y -q cuda-toolkit-13-2 >/dev/null && "
+          "apt-mark hold cuda-toolkit-13-2")
+    h2.sh("dnf -y -q install cuda-toolkit-13-2")
+    rc, doc = fleet(env, "probe", "-l", "h1", "-l", "h2", "--no-frameworks")
+    by = {h["host"]: h for h in doc["hosts"]}
+    for name, fix in (("h1", "apt-mark unhold cuda-toolkit-13-2 && apt-get purge -y "
+                             "cuda-toolkit-13-2"),
+                      ("h2", "dnf -y remove cuda-toolkit-13-2")):
+        found = [f for f in by[name]["findings"] if f["check"] == "packages.other_release"]
+        assert [(f["severity"], f["evidence"]["package"], f["evidence"]["fix"])
+                for f in found] == [("warn", "cuda-toolkit-13-2", fix)], by[name]["findings"]
+    for name, rel in (("h1", "r570-cuda12.8"), ("h2", "r580-cuda13.0")):
+        rc, doc = fleet(env, "apply", "-r", rel, "-l", name)
+        assert rc == 0 and (one(doc)["outcome"], one(doc)["rebooted"]) == ("changed", False), doc
+    assert "cuda-toolkit-13-2" not in dpkg_status(h1, "cuda-*")
+    assert "cuda-toolkit-13-2" not in rpm_versions(h2)
+    rc, doc = fleet(env, "probe", "-l", "h1", "-l", "h2", "--no-frameworks")
+    assert not [f for h in doc["hosts"] for f in h["findings"]
+                if f["check"] == "packages.other_release"], doc

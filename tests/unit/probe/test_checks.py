@@ -319,6 +319,13 @@ CASES: list[tuple[str, dict[str, Any], tuple[str, str, str]]] = [
         healthy(frameworks=[{"name": "torch", "result": {"error": "timeout"}}]),
         ("frameworks.cpu_fallback", "warn", "none"),
     ),
+    (
+        "another branch's configuration left (tests/unit/pinning/test_other_release_packages.py)",
+        healthy(versions={**healthy()["versions"], "packages": {
+            **healthy()["versions"]["packages"],
+            "residual": [{"name": "nvidia-driver-535", "version": "535.183.01-1"}]}}),
+        ("packages.other_release", "warn", "none"),
+    ),
     ("nvml fallback", healthy(source="nvidia-smi"), ("probe.source", "warn", "none")),
     (
         "no source at all",
