@@ -98,6 +98,11 @@ class TrendSettings:
     """A warning-class Xid seen this often in one week is flagged."""
 
     @property
+    def window_s(self) -> float:
+        """The window's length: it starts this long before `now`."""
+        return self.window_weeks * WEEK_S
+
+    @property
     def lookback_s(self) -> float:
         """How far back to read: the window plus one more week for the baseline sample."""
         return (self.window_weeks + 1) * WEEK_S
@@ -237,11 +242,19 @@ def slope(values: Sequence[float]) -> float:
     n = len(values)
     if n < 2:
         return 0.0
-    xm = (n - 1) / 2.0
+    if not any(values):
+        return 0.0  # what the sums below give for all zeros, without them
+    ds, den = _slope_x(n)
     ym = sum(values) / n
-    num = sum((i - xm) * (v - ym) for i, v in enumerate(values))
-    den = sum((i - xm) ** 2 for i in range(n))
+    num = sum(d * (v - ym) for d, v in zip(ds, values, strict=True))
     return num / den
+
+
+@cache
+def _slope_x(n: int) -> tuple[tuple[float, ...], float]:
+    """The x offsets from their mean, and the sum of their squares, for n points."""
+    xm = (n - 1) / 2.0
+    return tuple(i - xm for i in range(n)), sum((i - xm) ** 2 for i in range(n))
 
 
 def counter_delta(prev: float | None, cur: float | None) -> float:
@@ -258,11 +271,14 @@ def _bucket(t: float, start: float, k: int) -> int:
 
 def _spread(weekly: list[float], delta: float, t0: float, t1: float, start: float) -> None:
     """Credit `delta` (over (t0, t1]) to the weekly buckets it overlaps, in proportion."""
-    k = len(weekly)
-    end = start + k * WEEK_S
     if t1 <= start or delta == 0:
         return
-    b1 = _bucket(t1, start, k) if t1 < end else k - 1
+    k = len(weekly)
+    if t1 < start + k * WEEK_S:  # _bucket, inlined: this runs for every counter that moved
+        b1 = math.ceil((t1 - start) / WEEK_S) - 1
+        b1 = 0 if b1 < 0 else k - 1 if b1 > k - 1 else b1
+    else:
+        b1 = k - 1
     if t0 >= start and int((t0 - start) // WEEK_S) == b1:
         weekly[b1] += delta
         return
@@ -270,12 +286,14 @@ def _spread(weekly: list[float], delta: float, t0: float, t1: float, start: floa
     if span <= 0:
         weekly[b1] += delta
         return
-    lo = max(t0, start)
-    b = max(0, int((lo - start) // WEEK_S))
+    lo = t0 if t0 > start else start
+    b = int((lo - start) // WEEK_S)
+    if b < 0:
+        b = 0
     while b <= b1:
         w0 = start + b * WEEK_S
         w1 = w0 + WEEK_S
-        overlap = min(t1, w1) - max(lo, w0)
+        overlap = (t1 if t1 < w1 else w1) - (lo if lo > w0 else w0)
         if overlap > 0:
             weekly[b] += delta * overlap / span
         b += 1
@@ -349,40 +367,52 @@ def analyze_gpu(
     use_agg_u = any(r[ECC_UA] is not None for r in rows)
     ci = ECC_CA if use_agg_c else ECC_CV
     ui = ECC_UA if use_agg_u else ECC_UV
-    prev: Sequence[Any] | None = None
+    singles = ((ci, ecc), (ui, ecc_unc), (AER_C, aer), (REPLAY, replay))
+    pairs = ((RET_SBE, RET_DBE, retired), (REM_C, REM_U, remapped), (AER_NF, AER_F, aer_unc))
+    remembered = (ci, ui, AER_C, REPLAY, RET_SBE, RET_DBE, REM_C, REM_U, AER_NF, AER_F)
+    prev_counters: Sequence[Any] | None = None  # the previous row's counters
+    t0 = 0.0  # ... and its time
     last_known: dict[int, Any] = {}
     for r in rows:
         t = r[T]
         if t > start:
-            b = _bucket(t, start, k)
+            b = math.ceil((t - start) / WEEK_S) - 1  # _bucket, inlined
+            b = 0 if b < 0 else k - 1 if b > k - 1 else b
             weeks_seen.add(b)
             xraw = r[XID]
             if xraw and xraw != "{}":
                 for key, n in _xid_dict(xraw).items():
                     xid_weekly.setdefault(int(key), [0] * k)[b] += n
-        if prev is not None and r[ECC_CV:XID] == prev[ECC_CV:XID]:
-            prev = r  # no counter moved: nothing to credit or remember (the common case)
+        counters = r[ECC_CV:XID]
+        if counters == prev_counters:
+            t0 = t  # no counter moved: nothing to credit or remember (the common case)
             continue
-        if prev is not None and t > start:
-            t0 = prev[T]
-            for idx, bucket in ((ci, ecc), (ui, ecc_unc), (AER_C, aer), (REPLAY, replay)):
+        if prev_counters is not None and t > start:
+            for idx, bucket in singles:
                 before = last_known.get(idx)
                 now_v = r[idx]
                 if now_v is not None and before is not None and now_v != before:
-                    _spread(bucket, counter_delta(before, now_v), t0, t, start)
-            for pair, bucket in (((RET_SBE, RET_DBE), retired), ((REM_C, REM_U), remapped),
-                                 ((AER_NF, AER_F), aer_unc)):
-                before_s = _sum2(last_known.get(pair[0]), last_known.get(pair[1]))
-                now_s = _sum2(r[pair[0]], r[pair[1]])
-                if now_s is not None and before_s is not None and now_s != before_s:
-                    _spread(bucket, counter_delta(before_s, now_s), t0, t, start)
+                    _spread(bucket, now_v - before if now_v >= before else now_v, t0, t,
+                            start)
+            for i1, i2, bucket in pairs:
+                a1, a2 = last_known.get(i1), last_known.get(i2)
+                n1, n2 = r[i1], r[i2]
+                if (n1 is not None or n2 is not None) and (a1 is not None or a2 is not None):
+                    now_s = (n1 or 0) + (n2 or 0)
+                    before_s = (a1 or 0) + (a2 or 0)
+                    if now_s != before_s:
+                        _spread(bucket, now_s - before_s if now_s >= before_s else now_s, t0,
+                                t, start)
             b_dbe = last_known.get(RET_DBE)
-            if r[RET_DBE] is not None and b_dbe is not None and r[RET_DBE] != b_dbe:
-                _spread(retired_dbe, counter_delta(b_dbe, r[RET_DBE]), t0, t, start)
-        for idx in (ci, ui, AER_C, REPLAY, RET_SBE, RET_DBE, REM_C, REM_U, AER_NF, AER_F):
-            if r[idx] is not None:
-                last_known[idx] = r[idx]
-        prev = r
+            n_dbe = r[RET_DBE]
+            if n_dbe is not None and b_dbe is not None and n_dbe != b_dbe:
+                _spread(retired_dbe, n_dbe - b_dbe if n_dbe >= b_dbe else n_dbe, t0, t, start)
+        for idx in remembered:
+            v = r[idx]
+            if v is not None:
+                last_known[idx] = v
+        prev_counters = counters
+        t0 = t
     trend.weeks_with_data = len(weeks_seen)
     trend.ecc_corrected_weekly = ecc
     trend.aer_corrected_weekly = aer

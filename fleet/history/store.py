@@ -237,6 +237,7 @@ def iter_gpu_series(
     until: dt.datetime | None = None,
     hosts: Sequence[str] | None = None,
     batch: int = 20_000,
+    window_start: dt.datetime | None = None,
 ) -> Iterator[tuple[SeriesKey, list[tuple[Any, ...]]]]:
     """Every GPU's samples, one series at a time: ((host, pool, gpu_index, gpu_model), rows).
 
@@ -245,11 +246,16 @@ def iter_gpu_series(
     text), never ORM objects, so millions of samples stream with flat memory. On SQLite the
     query runs on the DBAPI cursor directly (SQLAlchemy's result layer would double the time);
     other databases go through SQLAlchemy Core. One read transaction: a consistent view.
+
+    With `window_start` (the trend window's start, `TrendSettings.window_start(now)`), the
+    samples at or before it come condensed to what `fleet.domain.trends.analyze` reads of them
+    (`fleet.history.trend_read`): the same reports, far fewer rows on a long history.
     """
     from sqlalchemy import Float, Text, cast
     from sqlalchemy import select as sa_select
 
     from fleet.history.retention import rollup_series, with_rollups
+    from fleet.history.trend_read import SPLIT_MARGIN, iter_condensed
 
     with history.read() as s:
         host_rows = s.exec(select(Host.id, Host.name, Host.pool, Host.gpu_model)).all()
@@ -265,6 +271,12 @@ def iter_gpu_series(
         old = rollup_series(conn, since=since.timestamp() if since else None,
                             until=until.timestamp() if until else None,
                             host_ids=None if wanted is None else [h for h in names if h])
+        if window_start is not None and (until is None or until > window_start) and (
+                since is None or since < window_start - SPLIT_MARGIN):
+            yield from iter_condensed(conn, history.dialect, names=names, old=old,
+                                      cols=SERIES_COLUMNS, window_start=window_start,
+                                      since=since, until=until, batch=batch)
+            return
         if history.dialect == "sqlite":
             to_db = t.taken_at.type._cached_bind_processor(conn.dialect)
             where, params = [], []
