@@ -77,10 +77,16 @@ def condensed(old: Sequence[Row], first: Row, last: Row, window: Sequence[Row], 
     if cur is not None and head[UUID] != cur and last[UUID] == cur and all(
             r[UUID] == cur for r in window):
         return None  # the current board started somewhere in between
-    for group in REMEMBERED_GROUPS:
-        if any(last[i] is None for i in group) and any(
-                r[i] is not None for r in window for i in group):
-            return None  # a remembered value the window reads may come from in between
+    for group in REMEMBERED_GROUPS:  # loops, not any(): this runs for every GPU of a fleet
+        for i in group:
+            if last[i] is None:
+                break
+        else:
+            continue
+        for r in window:
+            for i in group:
+                if r[i] is not None:
+                    return None  # a remembered value the window reads may come from in between
     rows: list[Row] = list(old)
     if not old and not same:
         rows.append(board_marker(first))

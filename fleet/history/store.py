@@ -273,9 +273,9 @@ def iter_gpu_series(
                             host_ids=None if wanted is None else [h for h in names if h])
         if window_start is not None and (until is None or until > window_start) and (
                 since is None or since < window_start - SPLIT_MARGIN):
-            yield from iter_condensed(conn, history.dialect, names=names, old=old,
-                                      cols=SERIES_COLUMNS, window_start=window_start,
-                                      since=since, until=until, batch=batch)
+            yield from iter_condensed(
+                conn, history.dialect, names=names, old=old, cols=SERIES_COLUMNS,
+                window_start=window_start, since=since, until=until, batch=batch)
             return
         if history.dialect == "sqlite":
             to_db = t.taken_at.type._cached_bind_processor(conn.dialect)

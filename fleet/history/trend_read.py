@@ -27,6 +27,9 @@ SPLIT_MARGIN = dt.timedelta(seconds=1)
 """The condensed samples end this long before the window: the readers' epoch times are rounded
 (SQLite's julianday to the millisecond), and every condensed sample must read as before it."""
 
+HOSTS_PER_READ = 500
+"""Hosts whose samples are read per pair of queries (the first/last pairs are held per slice)."""
+
 Key = tuple[int, int]
 Row = tuple[Any, ...]
 
@@ -54,7 +57,7 @@ def _ends_sql(dialect: str, cols: Sequence[str], since: bool) -> str:
     return (
         "WITH RECURSIVE g(h, i) AS ("
         " SELECT id, (SELECT min(gpu_index) FROM gpu_samples WHERE host_id = hosts.id)"
-        " FROM hosts"
+        " FROM hosts WHERE id BETWEEN :lo AND :hi"
         " UNION ALL"
         " SELECT g.h, (SELECT min(gpu_index) FROM gpu_samples"
         "  WHERE host_id = g.h AND gpu_index > g.i) FROM g WHERE g.i IS NOT NULL)"
@@ -63,7 +66,6 @@ def _ends_sql(dialect: str, cols: Sequence[str], since: bool) -> str:
         f" FROM (SELECT g.h, g.i, ({pick.format(d='ASC')}) AS fid,"
         f"  ({pick.format(d='DESC')}) AS bid FROM g WHERE g.i IS NOT NULL) x"
         " JOIN gpu_samples f ON f.id = x.fid JOIN gpu_samples b ON b.id = x.bid"
-        " ORDER BY x.h, x.i"
     )
 
 
@@ -109,13 +111,7 @@ def iter_condensed(
             return cur
         return conn.execution_options(stream_results=True).execute(text(sql), values)
 
-    # each GPU's (first sample's time and board, last sample, whether they are one)
     ends: dict[Key, tuple[Row, Row, bool]] = {}
-    for r in run(_ends_sql(dialect, cols, since is not None), params).fetchall():
-        if r[0] in names:
-            ends[(r[0], r[1])] = ((r[3], r[4]), tuple(r[6:]), r[2] == r[5])
-    where = "taken_at > :split" + (" AND taken_at <= :until" if until is not None else "")
-    cursor = run(_rows_sql(dialect, cols, where), params)
 
     def full_prefix(key: Key) -> list[Row]:
         lo = " AND taken_at >= :since" if since is not None else ""
@@ -138,30 +134,45 @@ def iter_condensed(
         n = names[key[0]]
         return n[0], n[1], key[1], n[2]
 
-    key: Key | None = None
-    rows: list[Row] = []
-    pending = sorted(ends)  # GPUs with samples before the window, in key order
-    p = 0
-    while True:
-        chunk = cursor.fetchmany(batch)
-        if not chunk:
-            break
-        for r in chunk:
-            k = (r[0], r[1])
-            if k != key:
-                if key is not None and key[0] in names:
-                    yield label(key), series(key, rows)
-                while p < len(pending) and pending[p] < k:  # no window samples: prefix alone
-                    if pending[p] in ends:
-                        yield label(pending[p]), series(pending[p], [])
-                    p += 1
-                key, rows = k, []
-            rows.append(tuple(r[2:]))
-    if key is not None and key[0] in names:
-        yield label(key), series(key, rows)
-    for k in pending[p:]:
-        if k in ends:
-            yield label(k), series(k, [])
+    ends_sql = _ends_sql(dialect, cols, since is not None)
+    rows_sql = _rows_sql(dialect, cols, "host_id BETWEEN :lo AND :hi AND taken_at > :split"
+                         + (" AND taken_at <= :until" if until is not None else ""))
+    plain = dialect == "sqlite"  # rows are tuples already
+    ids = sorted(names)
+    step = HOSTS_PER_READ
+    for c in range(0, len(ids), step):  # a slice of hosts at a time: flat memory
+        span = {**params, "lo": ids[c], "hi": ids[min(c + step, len(ids)) - 1]}
+        # each GPU's (first sample's time and board, last sample, whether they are one)
+        for r in run(ends_sql, span).fetchall():
+            if r[0] in names:
+                ends[(r[0], r[1])] = ((r[3], r[4]), tuple(r[6:]), r[2] == r[5])
+        cursor = run(rows_sql, span)
+        key: Key | None = None
+        rows: list[Row] = []
+        pending = sorted(ends)  # GPUs with samples before the window, in key order
+        p = 0
+        h = i = None
+        while True:
+            chunk = cursor.fetchmany(batch)
+            if not chunk:
+                break
+            for r in chunk:
+                if r[1] != i or r[0] != h:
+                    h, i = r[0], r[1]
+                    k = (h, i)
+                    if key is not None and key[0] in names:
+                        yield label(key), series(key, rows)
+                    while p < len(pending) and pending[p] < k:  # no window samples
+                        if pending[p] in ends:
+                            yield label(pending[p]), series(pending[p], [])
+                        p += 1
+                    key, rows = k, []
+                rows.append(r[2:] if plain else tuple(r[2:]))
+        if key is not None and key[0] in names:
+            yield label(key), series(key, rows)
+        for k in pending[p:]:
+            if k in ends:
+                yield label(k), series(k, [])
     for k, only_old in sorted(old.items()):
         if k[0] in names:  # every raw sample of this GPU pruned: its rollups alone
             yield label(k), only_old
@@ -174,3 +185,4 @@ def _bind(conn: Connection, value: dt.datetime) -> Any:
     col = GpuSample.__table__.c.taken_at  # type: ignore[attr-defined]
     proc = col.type._cached_bind_processor(conn.dialect)
     return proc(value) if proc else value
+

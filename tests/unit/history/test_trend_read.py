@@ -90,9 +90,11 @@ def spy(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     return seen
 
 
-@pytest.mark.parametrize("k", [1, 4, 13])
-def test_condensed_read_gives_the_same_reports(varied_db: Path, spy: dict[str, int],
-                                               k: int) -> None:
+@pytest.mark.parametrize(("k", "per_read"), [(1, 500), (4, 2), (13, 4)])
+def test_condensed_read_gives_the_same_reports(varied_db: Path, spy: dict[str, int], k: int,
+                                               per_read: int,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(trend_read, "HOSTS_PER_READ", per_read)  # slices of hosts, or one
     s = TrendSettings(window_weeks=k, min_weeks=min(3, k))
     with open_history(str(varied_db)) as h:
         a, b = reports(h, s, condensed=True), reports(h, s, condensed=False)

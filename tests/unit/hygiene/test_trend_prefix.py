@@ -169,3 +169,25 @@ def test_wild_series_condense_across_swaps() -> None:
         if len({r[1] for r in rows}) > 1 and pre and check(rows, NOW, s, start):
             swapped += 1
     assert swapped >= 10
+
+
+def test_analyze_pauses_the_collector_and_restores_it() -> None:
+    import gc
+
+    from fleet.domain.trends import analyze
+
+    seen: list[bool] = []
+
+    def series() -> Any:
+        seen.append(gc.isenabled())
+        yield ("h", "p", 0, ""), wild_series(1, weeks=6)
+
+    assert gc.isenabled()
+    analyze(series(), now=NOW, thresholds=TH)
+    assert seen == [False] and gc.isenabled()
+    gc.disable()
+    try:
+        analyze(series(), now=NOW, thresholds=TH)
+        assert not gc.isenabled()  # left as the caller had it
+    finally:
+        gc.enable()
