@@ -1,0 +1,38 @@
+"""The condensing trend reader on a real PostgreSQL server: the same reports as the row-by-row
+reader, and as the same history on SQLite (resets, swaps, NULL counters, rollups after a prune;
+across the two databases to float rounding: SQLite's julianday reads times to the millisecond)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fleet.domain.retention import RetentionPolicy
+from fleet.domain.trends import TrendSettings
+from fleet.history import open_history
+from fleet.history.retention import prune
+from tests.unit.history.test_retention import assert_same_trend
+from tests.unit.history.test_trend_read import GPUS, HOSTS, NOW_DT, fill_varied, reports
+
+pytestmark = pytest.mark.postgres
+
+
+def test_condensed_read_on_postgres_matches_row_by_row_and_sqlite(pg_db: str,
+                                                                  tmp_path: Path) -> None:
+    s = TrendSettings()
+    with open_history(pg_db) as pg, open_history(str(tmp_path / "same.db")) as lite:
+        fill_varied(pg)
+        fill_varied(lite)
+        for step in ("raw", "pruned"):
+            if step == "pruned":
+                for h in (pg, lite):
+                    prune(h, RetentionPolicy(raw_weeks=9, rollup_weeks=None), now=NOW_DT)
+            a = reports(pg, s, condensed=True)
+            assert a == reports(pg, s, condensed=False)
+            b = reports(lite, s, condensed=True)
+            assert a.keys() == b.keys() and len(a) == HOSTS * GPUS + 1
+            for key in a:
+                if key[1] >= 0:
+                    assert_same_trend(a[key], b[key])
+            assert any(g["flags"] for key, g in a.items() if key[1] >= 0)
