@@ -120,8 +120,37 @@ def test_canary_upgrade_reboots_verifies_then_rolls_back(env, hosts) -> None:
         "r595-cuda13.2", "r580-cuda13.0", "changed")
     hosts["h1"].close()
     assert hosts["h1"].nvml()["driver"] == R580
+    # nothing of r595 is left: its driver and CUDA 13.2 toolkit purged (not even dpkg `rc`),
+    # their holds gone (issue 14.4)
+    known = hosts["h1"].sh("dpkg-query -W -f='${Package}\\n' 'nvidia-driver-*' 'cuda-toolkit-*' "
+                           "2>/dev/null || true")[1].split()
+    assert "nvidia-driver-595-open" not in known and "cuda-toolkit-13-2" not in known, known
+    held = hosts["h1"].sh("apt-mark showhold")[1].split()
+    assert "cuda-toolkit-13-0" in held and "cuda-toolkit-13-2" not in held
     rc, events = fleet(env, "history", "events", "--kind", "rollback")
     assert events["events"][0]["message"] == "Xid storm on canary"
+
+
+def test_dcgm_is_held_at_its_epoch_version_while_a_newer_one_sits_in_the_repo(env, hosts) -> None:
+    """NVIDIA versions DCGM with epoch 1 (`1:4.1.1-1`): fleet pins `1:4.1.1-*`; the pin without
+    the epoch matches nothing, and apt's candidate is then the newest DCGM (issue 14.3)."""
+    h4 = hosts["h4"]
+    rc, doc = fleet(env, "apply", "-r", "r570-cuda12.8", "-l", "l40s")
+    assert rc == 0 and outcomes(doc) == {"h4": "changed"}, doc
+    h4.close()
+    dcgm = "datacenter-gpu-manager-4-core"
+    assert h4.sh(f"dpkg-query -W -f='${{Version}}' {dcgm}")[1] == "1:4.1.1-1"
+    assert dcgm in h4.sh("apt-mark showhold")[1].split()
+    policy = h4.sh(f"apt-cache policy {dcgm}")[1]
+    assert "Candidate: 1:4.1.1-1" in policy and "1:4.4.1-1" in policy, policy  # newer in repo
+    sim = h4.sh(f"apt-get -s -q --allow-change-held-packages install {dcgm} && "
+                "apt-get -s -q --allow-change-held-packages dist-upgrade")[1]
+    assert f"Inst {dcgm}" not in sim, sim  # the pin, not only the hold, keeps it
+    h4.sh(f"mkdir -p /tmp/epochless && printf 'Package: {dcgm}\\nPin: version 4.1.1-*\\n"
+          "Pin-Priority: 1001\\n' > /tmp/epochless/p.pref")
+    old = h4.sh(f"apt-cache -o Dir::Etc::PreferencesParts=/tmp/epochless policy {dcgm}; "
+                "rm -rf /tmp/epochless")[1]
+    assert "Candidate: 1:4.4.1-1" in old, old
 
 
 def test_drift_by_hand_is_found_and_corrected(env, hosts) -> None:
