@@ -45,27 +45,62 @@ def _cols(cols: Sequence[str], prefix: str) -> str:
                      for c in cols)
 
 
-def _ends_sql(dialect: str, cols: Sequence[str], since: bool) -> str:
-    """Each GPU's first and last sample in [since, split]: one row per GPU, (host, gpu) order.
+_GPUS = (
+    "WITH RECURSIVE g(h, i) AS ("
+    " SELECT id, (SELECT min(gpu_index) FROM gpu_samples WHERE host_id = hosts.id)"
+    " FROM hosts WHERE id BETWEEN :lo AND :hi"
+    " UNION ALL"
+    " SELECT g.h, (SELECT min(gpu_index) FROM gpu_samples"
+    "  WHERE host_id = g.h AND gpu_index > g.i) FROM g WHERE g.i IS NOT NULL)"
+)
+"""The GPUs of hosts lo..hi: a loose index scan, one seek per GPU on the (host, gpu, time)
+index, never a read of every sample."""
 
-    The GPUs come from a loose index scan (one seek per GPU on the (host, gpu, time) index),
-    never from reading every sample.
+
+def _ends_sql(dialect: str, cols: Sequence[str], since: bool) -> str:
+    """Each GPU's first and last sample in [since, split]: one row per GPU.
+
+    On PostgreSQL as LATERAL subqueries: joined by id, the planner (which cannot estimate the
+    recursive GPU list) hashed the whole sample table twice.
     """
     lo = "AND s.taken_at >= :since " if since else ""
-    pick = ("SELECT s.id FROM gpu_samples s WHERE s.host_id = g.h AND s.gpu_index = g.i "
-            f"{lo}AND s.taken_at <= :split ORDER BY s.taken_at {{d}}, s.id {{d}} LIMIT 1")
+    where = f"s.host_id = g.h AND s.gpu_index = g.i {lo}AND s.taken_at <= :split"
+    if dialect != "sqlite":
+        return (
+            f"{_GPUS} SELECT g.h, g.i, f.id, {_epoch(dialect, 'f.taken_at')}, f.uuid,"
+            f" b.id, {_epoch(dialect, 'b.taken_at')}, {_cols(cols, 'b.')} FROM g"
+            f" CROSS JOIN LATERAL (SELECT s.id, s.taken_at, s.uuid FROM gpu_samples s"
+            f"  WHERE {where} ORDER BY s.taken_at, s.id LIMIT 1) f"
+            f" CROSS JOIN LATERAL (SELECT * FROM gpu_samples s"
+            f"  WHERE {where} ORDER BY s.taken_at DESC, s.id DESC LIMIT 1) b"
+            " WHERE g.i IS NOT NULL"
+        )
+    pick = (f"SELECT s.id FROM gpu_samples s WHERE {where}"
+            " ORDER BY s.taken_at {d}, s.id {d} LIMIT 1")
     return (
-        "WITH RECURSIVE g(h, i) AS ("
-        " SELECT id, (SELECT min(gpu_index) FROM gpu_samples WHERE host_id = hosts.id)"
-        " FROM hosts WHERE id BETWEEN :lo AND :hi"
-        " UNION ALL"
-        " SELECT g.h, (SELECT min(gpu_index) FROM gpu_samples"
-        "  WHERE host_id = g.h AND gpu_index > g.i) FROM g WHERE g.i IS NOT NULL)"
-        f" SELECT x.h, x.i, f.id, {_epoch(dialect, 'f.taken_at')}, f.uuid,"
+        f"{_GPUS} SELECT x.h, x.i, f.id, {_epoch(dialect, 'f.taken_at')}, f.uuid,"
         f" b.id, {_epoch(dialect, 'b.taken_at')}, {_cols(cols, 'b.')}"
         f" FROM (SELECT g.h, g.i, ({pick.format(d='ASC')}) AS fid,"
         f"  ({pick.format(d='DESC')}) AS bid FROM g WHERE g.i IS NOT NULL) x"
         " JOIN gpu_samples f ON f.id = x.fid JOIN gpu_samples b ON b.id = x.bid"
+    )
+
+
+def _window_sql(dialect: str, cols: Sequence[str], until: bool) -> str:
+    """The samples after the split of hosts lo..hi, in (host, gpu, time) order.
+
+    On PostgreSQL per GPU through LATERAL (index range scans): a plain range query was planned
+    as a scan of the whole table for every slice of hosts.
+    """
+    hi = " AND taken_at <= :until" if until else ""
+    if dialect == "sqlite":
+        return _rows_sql(dialect, cols, f"host_id BETWEEN :lo AND :hi AND taken_at > :split{hi}")
+    return (
+        f"{_GPUS} SELECT g.h, g.i, {_epoch(dialect, 'w.taken_at')}, {_cols(cols, 'w.')} FROM g"
+        f" CROSS JOIN LATERAL (SELECT * FROM gpu_samples s WHERE s.host_id = g.h"
+        f"  AND s.gpu_index = g.i AND s.taken_at > :split{hi.replace('taken_at', 's.taken_at')}"
+        "  OFFSET 0) w"  # a fence: per GPU by the index, never merged into one table scan
+        " WHERE g.i IS NOT NULL ORDER BY g.h, g.i, w.taken_at, w.id"
     )
 
 
@@ -135,8 +170,7 @@ def iter_condensed(
         return n[0], n[1], key[1], n[2]
 
     ends_sql = _ends_sql(dialect, cols, since is not None)
-    rows_sql = _rows_sql(dialect, cols, "host_id BETWEEN :lo AND :hi AND taken_at > :split"
-                         + (" AND taken_at <= :until" if until is not None else ""))
+    rows_sql = _window_sql(dialect, cols, until is not None)
     plain = dialect == "sqlite"  # rows are tuples already
     ids = sorted(names)
     step = HOSTS_PER_READ
