@@ -232,7 +232,7 @@ def _release_differences(
         # removes each (fleet apply of the release purges them too)
         for lo in leftovers(pk, [sp.name for sp in specs], osf,
                             {sp.name: sp.component for sp in specs}):
-            diffs.append(Difference(f"{lo.component} of another release", lo.describe(),
+            diffs.append(Difference(f"{lo.component} of another release", lo.describe(osf),
                                     "not on the host", lo.fix(osf)))
     kernel = facts.identity.kernel if facts.identity else None
     constraint = release.companions.kernel

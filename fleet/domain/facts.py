@@ -69,7 +69,8 @@ class Packages(_Facts):
     manager: Literal["dpkg", "rpm"] | None = None
     items: list[PackageVersion] = Field(default_factory=list)
     residual: list[PackageVersion] = Field(default_factory=list)
-    """dpkg: removed with configuration left (`rc`), or held while not installed."""
+    """Not installed, yet kept: dpkg's removed-configuration-left (`rc`) or held packages, rpm's
+    versionlock entries."""
 
     def get(self, name: str) -> PackageVersion | None:
         return next((p for p in self.items if p.name == name), None)

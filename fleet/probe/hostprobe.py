@@ -800,6 +800,28 @@ def parse_rpm(text, locks=""):
     return items
 
 
+def parse_rpm_stale_locks(items, locks):
+    """versionlock entries (`name-[epoch:]version-release.*`) of NVIDIA packages that are not
+    installed: a lock left behind by a release the host no longer runs."""
+    installed = {p["name"] for p in items}
+    out = []
+    for ln in locks.splitlines():
+        entry = ln.strip()
+        if not entry or entry.startswith(("#", "!")):
+            continue
+        if ":" in entry:
+            head, rest = entry.split(":", 1)
+            name, epoch = head.rsplit("-", 1)
+            version = epoch + ":" + rest
+        else:
+            parts = entry.rsplit("-", 2)
+            name, version = parts[0], "-".join(parts[1:])
+        version = version[:-2] if version.endswith(".*") else version
+        if PACKAGE_RX.match(name) and name not in installed:
+            out.append({"name": name, "version": version, "held": True})
+    return out
+
+
 RPM_FAMILY = {"rhel", "fedora", "centos", "rocky", "almalinux", "ol", "amzn", "suse", "sles",
               "opensuse"}
 DEB_FAMILY = {"debian", "ubuntu"}
@@ -832,7 +854,9 @@ def _rpm_packages(h):
             t = h.read(p)
             if not is_err(t):
                 locks += t
-        return {"manager": "rpm", "items": sorted(parse_rpm(r2[1], locks), key=lambda p: p["name"])}
+        items = sorted(parse_rpm(r2[1], locks), key=lambda p: p["name"])
+        return {"manager": "rpm", "items": items,
+                "residual": sorted(parse_rpm_stale_locks(items, locks), key=lambda p: p["name"])}
     return None
 
 

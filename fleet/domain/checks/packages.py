@@ -1,11 +1,14 @@
-"""Another release's packages on a host: installed, held, or removed with configuration left.
+"""Another release's packages on a host: installed, held, removed with configuration left (apt),
+or a versionlock left (dnf).
 
 A host that was rolled back from r580 to r570 by hand (or by an older fleet) can keep
 `cuda-toolkit-13-0` and `cudnn9-cuda-13` installed and held, and `nvidia-driver-580-open` in
 dpkg's removed-configuration-left (`rc`) state. None of it breaks the driver, but the host is not
 the release it claims: the next `apt-get upgrade` or a CDI refresh can pick the other toolkit up.
 This check and the drift audit (`fleet.domain.drift`) flag each such package with the command
-that removes it; `fleet apply` of the host's release purges them too (`fleet.domain.pinning`).
+that removes it; `fleet apply` of the host's release purges the installed ones too
+(`fleet.domain.pinning`; it reads installed packages only, so an `rc` entry or a dangling lock
+is left to the command the finding gives).
 
 Which names belong to "another release" is NVIDIA's naming (`fleet.domain.matrix.packages
 .extraneous`): a variant of one of the release's own package names (another branch, CUDA or
@@ -38,7 +41,9 @@ class Leftover:
     held: bool
     residual: bool  # removed, configuration left (dpkg `rc`)
 
-    def describe(self) -> str:
+    def describe(self, family: OsFamily = "debian") -> str:
+        if self.residual and family == "rhel":
+            return f"{self.name} not installed, its versionlock left"
         if self.residual:
             return f"{self.name} removed, configuration left (rc)" + (", held" if self.held
                                                                      else "")
@@ -50,7 +55,8 @@ class Leftover:
             unhold = [f"apt-mark unhold {self.name}"] if self.held else []
             return " && ".join([*unhold, f"apt-get purge -y {self.name}"])
         unlock = [f"dnf versionlock delete {self.name}"] if self.held else []
-        return " && ".join([*unlock, f"dnf -y remove {self.name}"])
+        remove = [] if self.residual else [f"dnf -y remove {self.name}"]
+        return " && ".join([*unlock, *remove])
 
 
 def family_of(packages: Packages) -> OsFamily:
@@ -102,8 +108,9 @@ def other_release_packages(facts: HostFacts, exp: Expectations,
     for lo in leftovers(pk, release.packages_held, family):
         yield Finding(
             check=CHECK_ID, severity=Severity.WARN, remediation="none",
-            message=f"{lo.describe()}: {lo.component} of another release than {release.name}; "
-                    f"remove it: {lo.fix(family)} (or `fleet apply -r {release.name}`)",
+            message=f"{lo.describe(family)}: {lo.component} of another release than "
+                    f"{release.name}; remove it: {lo.fix(family)}"
+                    + ("" if lo.residual else f" (or `fleet apply -r {release.name}`)"),
             facts=list(READS),
             evidence={"package": lo.name, "component": lo.component, "version": lo.version,
                       "held": lo.held, "residual": lo.residual, "release": release.name,

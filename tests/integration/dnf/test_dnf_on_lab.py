@@ -285,3 +285,10 @@ def test_a_package_of_another_release_left_by_hand_gets_a_finding_and_apply_remo
     rc, doc = fleet(env, "probe", "-l", "h1", "-l", "h2", "--no-frameworks")
     assert not [f for h in doc["hosts"] for f in h["findings"]
                 if f["check"] == "packages.other_release"], doc
+    # a versionlock left for another release's package that is no longer installed
+    h2.sh("dnf -q versionlock add cuda-toolkit-13-2")
+    rc, doc = fleet(env, "probe", "-l", "h2", "--no-frameworks")
+    (f,) = [f for f in one(doc)["findings"] if f["check"] == "packages.other_release"]
+    assert (f["evidence"]["package"], f["evidence"]["residual"]) == ("cuda-toolkit-13-2", True)
+    h2.sh(f["evidence"]["fix"])  # dnf versionlock delete cuda-toolkit-13-2
+    assert not any("cuda-toolkit-13-2" in lk for lk in locks(h2))

@@ -9,7 +9,7 @@ from fleet.domain.checks.packages import CHECK_ID, leftovers
 from fleet.domain.drift import DriftInput, audit_host
 from fleet.domain.facts import HostFacts, Packages
 from fleet.domain.matrix.models import Thresholds
-from fleet.probe.hostprobe import parse_dpkg, parse_dpkg_residual
+from fleet.probe.hostprobe import parse_dpkg, parse_dpkg_residual, parse_rpm, parse_rpm_stale_locks
 from tests.unit.hygiene.fakes import FakeHost, example_matrix
 
 M = example_matrix()
@@ -59,7 +59,9 @@ def test_check_warns_for_each_package_of_another_release_with_the_fix() -> None:
     rc = by["nvidia-driver-580-open"]
     assert rc.evidence["residual"] and "configuration left (rc)" in rc.message
     assert rc.evidence["fix"] == "apt-get purge -y nvidia-driver-580-open"
-    assert "fleet apply -r r570-cuda12.8" in rc.message
+    # apply purges installed packages of other releases; an rc entry it does not see
+    assert "fleet apply -r r570-cuda12.8" in by["cuda-toolkit-13-0"].message
+    assert "fleet apply" not in rc.message
 
 
 def test_a_clean_host_gets_no_finding() -> None:
@@ -88,3 +90,20 @@ def test_drift_audit_flags_another_release_s_packages_and_rc() -> None:
             "left (rc), want not on the host (apt-get purge -y nvidia-driver-580-open)") in texts
     clean = audit_host(DriftInput("gpu-01", "h100", True, host_on_r570({})), M)
     assert not any("another release" in str(x) for x in clean.differences)
+
+
+def test_el_versionlock_left_for_a_package_no_longer_installed() -> None:
+    rpm = "nvidia-driver\t3:570.133.20-1.el9\ncuda-toolkit-12-8\t0:12.8.1-1.el9\n"
+    locks = ("nvidia-driver-3:570.133.20-1.el9.*\ncuda-toolkit-12-8-0:12.8.1-1.el9.*\n"
+             "cuda-toolkit-13-2-0:13.2.1-1.el9.*\ndatacenter-gpu-manager-4-core-4.4.1-1.*\n"
+             "!cuda-toolkit-13-0-0:13.0.2-1.el9.*\n# comment\n")
+    items = parse_rpm(rpm, locks)
+    stale = parse_rpm_stale_locks(items, locks)
+    assert stale == [
+        {"name": "cuda-toolkit-13-2", "version": "0:13.2.1-1.el9", "held": True},
+        {"name": "datacenter-gpu-manager-4-core", "version": "4.4.1-1", "held": True}]
+    pk = Packages(manager="rpm", items=items, residual=stale)
+    (lo,) = leftovers(pk, ["nvidia-driver", "cuda-toolkit-12-8"], "rhel")
+    assert lo.name == "cuda-toolkit-13-2" and lo.residual
+    assert lo.describe("rhel") == "cuda-toolkit-13-2 not installed, its versionlock left"
+    assert lo.fix("rhel") == "dnf versionlock delete cuda-toolkit-13-2"
