@@ -1,8 +1,12 @@
 """`fleet probe` against ansible-core ad-hoc and a bare fabric ThreadingGroup, on a 20-host lab.
 
     sudo .venv/bin/python benchmarks/probe_speed.py [--hosts 20] [--runs 5] [--keep-lab]
+    sudo .venv/bin/python benchmarks/probe_speed.py --hosts 50   # ansible still with -f 20
 
-Issue 4 §5. Every contender runs the same probe command,
+Issue 4 §5, goals raised by issue 17.3. Run it under `flock /tmp/fleet-lab.lock` where other
+lab users share the machine (one lab, one bridge at a time); it takes its lab down at the end.
+
+Every contender runs the same probe command,
 `fleet.remote.probe_fact.probe_command(None, frameworks=False)` (the host probe shipped inline,
 run with the host's python3), on every lab host, with strict host-key checking against the lab's
 known_hosts. Per run, in rotating order:
@@ -22,8 +26,11 @@ known_hosts. Per run, in rotating order:
 Every run's output is checked: each host's document must parse as `HostFacts` from NVML.
 Then the probe's own CPU time on a host (user + system of the probe process and its children,
 `getrusage(RUSAGE_CHILDREN)` in a small wrapper on the host), median of `--cpu-runs`.
-Prints medians and the ratios; goals: `fleet probe` at least 3x faster than ansible, within 1.5x of
-bare fabric; the probe under 150 ms of CPU on a host.
+Prints medians and the ratios, and the median CPU time (user + system) each fresh-process
+contender spent on the controller: on a small machine the hosts' sshd and probes share the CPUs
+with the controller, so what `fleet probe` burns there shows in its wall time. Goals: `fleet
+probe` at least 3.5x faster than ansible (forks=20), within 1.3x of bare fabric (issue 17.3;
+were 3x and 1.5x); the probe under 150 ms of CPU on a host.
 """
 
 from __future__ import annotations
@@ -53,7 +60,7 @@ from fleet.remote.probe_fact import parse_probe_output, probe_command  # noqa: E
 MATRIX = ROOT / "matrices" / "example.yaml"
 INVENTORY = ROOT / "inventories" / "lab.py"
 ANSIBLE_SPEC = "ansible-core>=2.18,<2.20"
-GOAL_VS_ANSIBLE, GOAL_VS_FABRIC, GOAL_CPU_MS = 3.0, 1.5, 150.0
+GOAL_VS_ANSIBLE, GOAL_VS_FABRIC, GOAL_CPU_MS = 3.5, 1.3, 150.0
 
 FABRIC_SCRIPT = r"""
 import json, sys, paramiko
@@ -267,10 +274,20 @@ class Bench:
         return statistics.median(cpu), statistics.median(wall)
 
 
+CHILD_CPU: dict[str, list[float]] = {}
+"""Controller CPU seconds (user + system of the child processes) of each timed CLI run."""
+
+
 def timed(fn: Callable[[], int], expect: int, label: str) -> float:
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.monotonic()
     ok = fn()
     dt = time.monotonic() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CHILD_CPU.setdefault(label, []).append(after.ru_utime - before.ru_utime
+                                           + after.ru_stime - before.ru_stime)
     if ok != expect:
         raise RuntimeError(f"{label}: {ok} of {expect} hosts gave valid probe facts")
     return dt
@@ -342,9 +359,12 @@ def main() -> int:
                 print(f"lab teardown left: {left}", file=sys.stderr)
         shutil.rmtree(work, ignore_errors=True)
     med = {k: statistics.median(v) for k, v in times.items()}
-    print(f"\n{a.hosts} hosts, median of {a.runs} runs (s), min..max:")
+    print(f"\n{a.hosts} hosts, median of {a.runs} runs (s), min..max, controller CPU (s):")
     for k, v in times.items():
-        print(f"  {k:38s} {med[k]:6.3f}   {min(v):.3f}..{max(v):.3f}")
+        cpu_s = CHILD_CPU.get({"fleet probe (CLI)": "fleet probe", "ansible -m shell (CLI)":
+                               "ansible", "fabric ThreadingGroup (process)": "fabric"}.get(k, ""))
+        used = f"   cpu {statistics.median(cpu_s[1:] or cpu_s):.3f}" if cpu_s else ""
+        print(f"  {k:38s} {med[k]:6.3f}   {min(v):.3f}..{max(v):.3f}{used}")
     fleet, ans, fab = (med["fleet probe (CLI)"], med["ansible -m shell (CLI)"],
                        med["fabric ThreadingGroup (process)"])
     fleet_ip, fab_ip = (med["fleet probe_inventory (in-process)"],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
@@ -12,6 +12,10 @@ from rich.table import Table
 from fleet.cli.output import console, emit_json, esc
 from fleet.cli.selection import HostAlias, Limit, PoolAlias
 from fleet.errors import BadInput, CouldNotComplete, ProblemsFound
+
+if TYPE_CHECKING:
+    from fleet.domain.matrix.models import Matrix
+    from fleet.history import History
 
 Inventory = Annotated[Path, typer.Option("--inventory", "-i", help="pyinfra inventory file.",
                                          envvar="FLEET_INVENTORY")]
@@ -56,30 +60,46 @@ def probe(
     when a host is unreachable or not probed (the others are still probed and recorded), 1 when
     a check fails.
     """
+    from contextlib import ExitStack
+
     from fleet.cli.app import settings
-    from fleet.domain.checks import Severity
-    from fleet.domain.matrix.loader import load_matrix
-    from fleet.history import open_history
     from fleet.jobs.probe import probe_inventory
     from fleet.remote.session import patch_gevent
-    from fleet.remote.srun_probe import SlurmInputError, SlurmUnavailable
 
     if via not in ("ssh", "slurm"):
         raise BadInput.single(f"unknown --via {via!r} (expected ssh or slurm)", field="--via")
     if (via == "slurm") != (partition is not None):
         raise BadInput.single("--via slurm and --partition go together", field="--partition")
     patch_gevent()
-    loaded = load_matrix(matrix, today=date.today()) if matrix else None
-    with open_history(settings(ctx).db) as history, console.status("probing hosts"):
+    db = settings(ctx).db
+
+    def load() -> Matrix | None:  # in a thread while the hosts connect (probe_inventory)
+        from fleet.domain.matrix.loader import load_matrix
+
+        return load_matrix(matrix, today=date.today()).matrix if matrix else None
+
+    with ExitStack() as stack:
+        stack.enter_context(console.status("probing hosts"))
+
+        def history() -> History:
+            from fleet.history import open_history
+
+            return stack.enter_context(open_history(db))
+
         try:
             results = probe_inventory(inventory, limit, history, now=lambda: datetime.now(UTC),
-                                      matrix=loaded.matrix if loaded else None,
-                                      frameworks=frameworks, via="slurm" if partition else "ssh",
-                                      partition=partition)
-        except SlurmInputError as exc:
-            raise BadInput.single(str(exc), field="--partition") from exc
-        except SlurmUnavailable as exc:
-            raise CouldNotComplete(str(exc)) from exc
+                                      matrix=load, frameworks=frameworks,
+                                      via="slurm" if partition else "ssh", partition=partition,
+                                      history_file=db)
+        except Exception as exc:
+            if via == "slurm":
+                from fleet.remote.srun_probe import SlurmInputError, SlurmUnavailable
+
+                if isinstance(exc, SlurmInputError):
+                    raise BadInput.single(str(exc), field="--partition") from exc
+                if isinstance(exc, SlurmUnavailable):
+                    raise CouldNotComplete(str(exc)) from exc
+            raise
     if json_out:
         emit_json({"hosts": [r.as_dict() for r in results]})
     else:
@@ -97,6 +117,8 @@ def probe(
     if failed_probe:
         raise CouldNotComplete(f"could not probe {len(failed_probe)} host(s): "
                                + ", ".join(failed_probe))
+    from fleet.domain.checks import Severity
+
     failing = [r.host for r in results if any(f.severity is Severity.FAIL for f in r.findings)]
     if failing:
         raise ProblemsFound(f"failing checks on {', '.join(failing)}")

@@ -10,7 +10,6 @@ reports do not queue behind the write lock.
 from __future__ import annotations
 
 import os
-import re
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,6 +22,7 @@ from sqlalchemy.engine import URL
 from sqlmodel import Session
 
 from fleet.errors import BadInput, CouldNotComplete
+from fleet.history_lite import file_head
 
 BUSY_TIMEOUT_S = 30
 _READ_ONLY = "fleet_read_only"
@@ -162,39 +162,6 @@ def _holds_nothing(path: Path) -> bool:
         return not any(conn.execute(f'SELECT 1 FROM "{t}" LIMIT 1').fetchone() for t in tables)
     finally:
         conn.close()
-
-
-_VERSIONS = Path(__file__).resolve().parent / "migrations" / "versions"
-_REVISION = re.compile(r"^revision\s*(?::[^=]*)?=\s*['\"]([^'\"]+)['\"]\s*$", re.M)
-_DOWN = re.compile(r"^down_revision\s*(?::[^=]*)?=\s*(.+?)\s*$", re.M)
-_ONE = re.compile(r"^(None|['\"]([^'\"]+)['\"])$")
-
-
-def file_head() -> str | None:
-    """The head revision read from the migration files without importing alembic (about 80 ms
-    of every command that opens the history); None when the files are anything but one plain
-    chain (a merge, a branch, a shape not recognised): alembic then decides."""
-    revisions: set[str] = set()
-    downs: set[str] = set()
-    try:
-        files = sorted(_VERSIONS.glob("*.py"))
-        for f in files:
-            src = f.read_text()
-            rev, down = _REVISION.findall(src), _DOWN.findall(src)
-            if not rev and not down:
-                continue  # __init__.py and helpers
-            if len(rev) != 1 or len(down) != 1:
-                return None
-            m = _ONE.fullmatch(down[0])
-            if m is None:
-                return None  # a tuple: a merge revision
-            revisions.add(rev[0])
-            if m.group(2):
-                downs.add(m.group(2))
-    except OSError:
-        return None
-    heads = revisions - downs
-    return heads.pop() if len(heads) == 1 and downs <= revisions else None
 
 
 def at_head(history: History) -> bool:

@@ -2,6 +2,9 @@
 
 Hosts that cannot be reached are recorded as unreachable snapshots and reported, never dropped:
 the drift audit fails closed on them.
+
+Start-up matters here (`fleet probe` is the command run most): the history, the check catalog and
+the models are imported in a thread while the hosts connect, not before (see `probe_inventory`).
 """
 
 from __future__ import annotations
@@ -10,13 +13,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from fleet.domain.checks import Finding, run_checks
-from fleet.domain.facts import HostFacts
-from fleet.domain.matrix.models import Matrix
-from fleet.history import History, add_snapshot, record_event
-from fleet.jobs.record import kernel_cursors, record_snapshot
+if TYPE_CHECKING:
+    from fleet.domain.checks import Finding
+    from fleet.domain.facts import HostFacts
+    from fleet.domain.matrix.models import Matrix
+    from fleet.history import History
 
 
 @dataclass
@@ -58,20 +61,32 @@ def pool_of(host: Any, matrix: Matrix | None) -> str | None:
 def probe_inventory(
     inventory_path: str | Path,
     limit: Sequence[str] | None,
-    history: History,
+    history: History | Callable[[], History],
     *,
     now: Callable[[], datetime],
-    matrix: Matrix | None = None,
+    matrix: Matrix | None | Callable[[], Matrix | None] = None,
     frameworks: bool = True,
     connect_timeout: int = 10,
     via: Literal["ssh", "slurm"] = "ssh",
     partition: str | None = None,
     srun_timeout: float = 120.0,
+    history_file: str | None = None,
 ) -> list[ProbeResult]:
     """Probe the inventory's hosts, over SSH or (`via="slurm"`) with one srun on the hosts
-    that are nodes of `partition`; from the facts on, both take the same path."""
-    from fleet.domain.checks.expect import expectations_for
+    that are nodes of `partition`; from the facts on, both take the same path.
+
+    `matrix` and `history` may be callables (`fleet probe` passes them so): over SSH the
+    matrix is loaded and the history layer imported in a thread while the hosts connect; the
+    history is opened after that and before the probe is sent (the probe carries each host's
+    kernel-log cursor from it), and the checks are made ready in a thread while the hosts run
+    the probe. An error in the matrix or the history stops the run before anything runs on a
+    host. `history_file` (the `--db` value, with `history` a callable opening it): when it is a
+    SQLite file at the schema head, the cursors are read from it with the stdlib at once
+    (`fleet.history_lite`) and the history is only imported and opened while the hosts run the
+    probe.
+    """
     from fleet.remote.backend import SshBackend
+    from fleet.remote.session import in_background
 
     backend: SshBackend
     if via == "slurm":
@@ -83,36 +98,95 @@ def probe_inventory(
                               timeout_s=srun_timeout, connect_timeout=connect_timeout)
     else:
         backend = SshBackend(inventory_path, limit, connect_timeout=connect_timeout)
-    refs = backend.hosts()
-    names = [r.name for r in refs]
-    answers = backend.probe(names, since=kernel_cursors(history, names), frameworks=frameworks)
+    names = backend.names()
+    quick = None
+    if history_file is not None and callable(history):
+        from fleet.history_lite import sqlite_cursors
+
+        quick = sqlite_cursors(history_file, names)
+    ready: dict[str, Any] = {}
+    judging: list[Any] = []
+
+    def prepare() -> None:  # while the hosts connect
+        if quick is None:
+            import fleet.history  # noqa: F401  (SQLAlchemy and the models: the most of it)
+            import fleet.jobs.record  # noqa: F401
+        ready["matrix"] = matrix() if callable(matrix) else matrix
+
+    def cursors() -> dict[str, str | None]:  # then, before the probe is sent
+        if quick is not None:
+            out = quick
+        else:
+            from fleet.jobs.record import kernel_cursors
+
+            ready["history"] = history() if callable(history) else history
+            out = kernel_cursors(ready["history"], names)
+        judging.append(in_background(prepare_checks))
+        return out
+
+    def prepare_checks() -> None:  # while the hosts run the probe
+        import fleet.domain.checks  # noqa: F401
+        import fleet.history  # noqa: F401
+        import fleet.jobs.record  # noqa: F401
+
+        ready["refs"] = refs = backend.hosts()
+        ready["expect"] = _expectations(refs, ready["matrix"])
+
+    answers = backend.probe(names, since=cursors, frameworks=frameworks, meanwhile=prepare)
+    for job in judging:
+        job.get()
+    if "history" not in ready:
+        ready["history"] = history() if callable(history) else history
+    return _judge_and_record(ready["refs"], answers, ready["expect"], ready["history"],
+                             ready["matrix"], now(), limit, via, partition)
+
+
+def _expectations(refs: Sequence[Any], matrix: Matrix | None) -> dict[str, Any]:
+    """What the matrix expects of each host (None where its pool is not in the matrix)."""
+    from fleet.domain.checks.expect import expectations_for
+
+    out: dict[str, Any] = {}
+    for ref in refs:
+        pool = pool_of(ref, matrix)
+        out[ref.name] = None
+        if matrix is not None and pool is not None and pool in matrix.pools:
+            out[ref.name] = expectations_for(matrix, pool, gpu_model=ref.gpu_model,
+                                             gpu_count=ref.gpu_count)
+    return out
+
+
+def _judge_and_record(refs: Sequence[Any], answers: dict[str, Any], expect: dict[str, Any],
+                      history: History, matrix: Matrix | None, taken: datetime,
+                      limit: Sequence[str] | None, via: str,
+                      partition: str | None) -> list[ProbeResult]:
+    """Run the checks on each host's facts; record every host (one transaction) and the event."""
+    from fleet.domain.checks import run_checks
+    from fleet.history import add_snapshot, record_event
+    from fleet.jobs.record import record_snapshot
+
     results: list[ProbeResult] = []
-    taken = now()
     for ref in refs:
         name, pool, got = ref.name, pool_of(ref, matrix), answers[ref.name]
         if got.value is None:  # unreachable, or the probe failed: a finding too
             results.append(ProbeResult(name, pool, got.reachable, got.error))
             continue
         facts = got.value
-        expect = None
-        if matrix is not None and pool is not None and pool in matrix.pools:
-            expect = expectations_for(matrix, pool, gpu_model=ref.gpu_model,
-                                      gpu_count=ref.gpu_count)
-        findings = run_checks(facts, expect,
+        findings = run_checks(facts, expect[name],
                               matrix.policy.thresholds if matrix is not None else None)
         results.append(ProbeResult(name, pool, True, None, facts, findings))
-    for r in results:
-        if r.facts is not None:
-            r.snapshot = record_snapshot(history, r.host, r.facts, r.findings, taken_at=taken,
-                                         pool=r.pool)
-        else:
-            r.snapshot = add_snapshot(history, r.host, taken_at=taken, source="none",
-                                      reachable=r.reachable, facts={"error": r.error},
-                                      pool=r.pool)
     data: dict[str, Any] = {"hosts": [r.host for r in results]}
     if via == "slurm":
         data |= {"via": "slurm", "partition": partition}
-    record_event(history, "probe", ",".join(limit or []) or "all",
-                 f"probed {len(results)} host(s), {sum(not r.reachable for r in results)} "
-                 "unreachable", data)
+    with history.write() as s:  # one transaction: 20 hosts were 20 commits
+        for r in results:
+            if r.facts is not None:
+                r.snapshot = record_snapshot(history, r.host, r.facts, r.findings,
+                                             taken_at=taken, pool=r.pool, session=s)
+            else:
+                r.snapshot = add_snapshot(history, r.host, taken_at=taken, source="none",
+                                          reachable=r.reachable, facts={"error": r.error},
+                                          pool=r.pool, session=s)
+        record_event(history, "probe", ",".join(limit or []) or "all",
+                     f"probed {len(results)} host(s), {sum(not r.reachable for r in results)} "
+                     "unreachable", data, session=s)
     return results

@@ -8,18 +8,19 @@ Connecting 20 lab hosts costs about a second (spike figures), small next to an a
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import ValidationError
-
-from fleet.domain.facts import HostFacts
-from fleet.domain.matrix.models import Release
-from fleet.domain.pinning import PREFERENCES_PATH, UNATTENDED_PATH, PinPlan, plan_pin
-from fleet.domain.ports import HostRef, HostResult, Samples
-from fleet.remote import facts as F
 from fleet.remote.session import Connected, apply, connected, gather, load_inventory, select_hosts
+
+if TYPE_CHECKING:  # imported where used: `fleet probe` connects before it loads the models
+    from fleet.domain.facts import HostFacts
+    from fleet.domain.matrix.models import Release
+    from fleet.domain.pinning import PinPlan
+    from fleet.domain.ports import HostRef, HostResult, Samples
+
+Cursors = Mapping[str, str | None]
 
 # Groups pyinfra (or the inventory file) adds that are not pools; so are the file's stem and the
 # groups a connector attaches (`@local`).
@@ -50,8 +51,15 @@ class SshBackend:
         self._hosts = {h.name: h for h in select_hosts(self.inventory, limit)}
         self.connect_timeout = connect_timeout
         self.reboot_timeout = reboot_timeout
+        self._fresh = True  # no State has run over self.inventory yet
+
+    def names(self) -> list[str]:
+        """The selected hosts' names, in inventory order (cheaper than `hosts()`)."""
+        return list(self._hosts)
 
     def hosts(self) -> list[HostRef]:
+        from fleet.domain.ports import HostRef
+
         stem = self.inventory_path.stem
         refs = []
         for h in self._hosts.values():
@@ -63,26 +71,42 @@ class SshBackend:
             ))
         return refs
 
-    def _connect(self, names: Sequence[str]) -> Any:
+    def _connect(self, names: Sequence[str], meanwhile: Callable[[], Any] | None = None) -> Any:
         """A fresh inventory per run: pyinfra keeps each host's operation order on the Host
-        object, so a second State over the same Host objects fails (KeyError in run_ops)."""
+        object, so a second State over the same Host objects fails (KeyError in run_ops). The
+        first run takes the one loaded in `__init__` (reading it again cost `fleet probe`
+        another execution of the inventory file before connecting)."""
         unknown = [n for n in names if n not in self._hosts]
         if unknown:
             raise KeyError(f"not in the inventory: {', '.join(unknown)}")
-        inventory = load_inventory(self.inventory_path)
+        if self._fresh:
+            self._fresh, inventory = False, self.inventory
+        else:
+            inventory = load_inventory(self.inventory_path)
         return connected(inventory, [inventory.get_host(n) for n in names],
-                         connect_timeout=self.connect_timeout)
+                         connect_timeout=self.connect_timeout, meanwhile=meanwhile)
 
     @staticmethod
     def _unreachable(conn: Connected) -> dict[str, HostResult[Any]]:
+        from fleet.domain.ports import HostResult
+
         return {n: HostResult.unreachable(n, e) for n, e in conn.unreachable.items()}
 
-    def probe(self, hosts: Sequence[str], *, since: Mapping[str, str | None] | None = None,
-              frameworks: bool = False) -> dict[str, HostResult[HostFacts]]:
+    def probe(self, hosts: Sequence[str], *,
+              since: Cursors | Callable[[], Cursors] | None = None, frameworks: bool = False,
+              meanwhile: Callable[[], Any] | None = None) -> dict[str, HostResult[HostFacts]]:
+        """Host facts. `meanwhile` runs in a thread while the hosts connect (see
+        `session.connected`); `since` may be a callable, called after it and before the probe
+        is sent (the cursors come from a history opened meanwhile). Either raising stops the
+        probe before anything runs on a host."""
+        from pydantic import ValidationError
+
+        from fleet.domain.facts import HostFacts
+        from fleet.domain.ports import HostResult
         from fleet.remote.probe_fact import HostProbe
 
-        cursors = since or {}
-        with self._connect(hosts) as conn:
+        with self._connect(hosts, meanwhile) as conn:
+            cursors = (since() if callable(since) else since) or {}
             out: dict[str, HostResult[HostFacts]] = self._unreachable(conn)
             raw = gather(conn, HostProbe, kwargs_for=lambda h: {
                 "since": cursors.get(h.name), "frameworks": frameworks})
@@ -97,6 +121,10 @@ class SshBackend:
         return out
 
     def _plans(self, conn: Connected, release: Release) -> dict[str, HostResult[PinPlan]]:
+        from fleet.domain.pinning import PREFERENCES_PATH, UNATTENDED_PATH
+        from fleet.domain.ports import HostResult
+        from fleet.remote import facts as F
+
         out: dict[str, HostResult[PinPlan]] = {}
         families = gather(conn, F.OsFamily)
         modules = gather(conn, F.LoadedModuleVersion)
@@ -124,6 +152,10 @@ class SshBackend:
     @staticmethod
     def _plan_one(name: str, family: Any, release: Release, installed: Any, held: Any,
                   files: Any, module: Any = None, streams: Any = None) -> HostResult[PinPlan]:
+        from fleet.domain.pinning import plan_pin
+        from fleet.domain.ports import HostResult
+        from fleet.remote import facts as F
+
         for value in (installed, held, files, streams):
             if isinstance(value, Exception):
                 return HostResult.failed(name, f"could not read packages: {value}")
@@ -137,6 +169,7 @@ class SshBackend:
             return {**self._unreachable(conn), **self._plans(conn, release)}
 
     def apply(self, hosts: Sequence[str], release: Release) -> dict[str, HostResult[PinPlan]]:
+        from fleet.remote import facts as F
         from fleet.remote.operations import pin_release
 
         start = time.monotonic()
@@ -160,6 +193,8 @@ class SshBackend:
 
     def reboot(self, hosts: Sequence[str]) -> dict[str, HostResult[None]]:
         from pyinfra.operations import server
+
+        from fleet.domain.ports import HostResult
 
         start = time.monotonic()
         with self._connect(hosts) as conn:

@@ -449,11 +449,22 @@ class SrunBackend(SshBackend):
     def hosts(self) -> list[HostRef]:
         return list(self._refs)
 
-    def probe(self, hosts: Sequence[str], *, since: Mapping[str, str | None] | None = None,
-              frameworks: bool = False) -> dict[str, HostResult[HostFacts]]:
+    def names(self) -> list[str]:
+        return [r.name for r in self._refs]
+
+    def probe(self, hosts: Sequence[str], *,
+              since: Mapping[str, str | None] | Callable[[], Mapping[str, str | None]] | None
+              = None, frameworks: bool = False,
+              meanwhile: Callable[[], Any] | None = None) -> dict[str, HostResult[HostFacts]]:
+        """As `SshBackend.probe`; nothing connects ahead here, so `meanwhile` simply runs
+        first."""
         unknown = [h for h in hosts if h not in self._node]
         if unknown:
             raise KeyError(f"not in the inventory: {', '.join(unknown)}")
+        if meanwhile is not None:
+            meanwhile()
+        if callable(since):
+            since = since()
         nodes = [self._node[h] for h in hosts]
         cursors = {self._node[h]: c for h, c in (since or {}).items() if h in self._node}
         report = srun_probe(self.partition, nodes, env=self.env, timeout_s=self.timeout_s,
