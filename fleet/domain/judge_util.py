@@ -17,6 +17,13 @@ idles while serving is 90-100% down. The interval is Welch's t interval on the d
 per-tick means, relative to the baseline mean (ticks are not independent: the interval is
 somewhat optimistic, the margin is what protects against that).
 
+An interval too wide to decide (it straddles the allowance: per-tick figures swing with the phase
+a tick lands in, and a short benchmark has few ticks) passes when the candidate's mean is within
+half the allowance of the baseline's (-25% by default): that is no sign of idle GPUs, and noise
+around "no change" must not pause a rollout. Further down it stays inconclusive for GPU
+utilization and is ignored ("nodata") for the non-critical figures. An idle candidate has no
+such interval: its samples are all near 0, so the interval sits far below the allowance and fails.
+
 Never a silent pass when data is missing (GPU utilization; the non-critical metrics are "nodata",
 shown with their reason and ignored):
     one side has samples, the other none   inconclusive (NVML unreadable on that side?)
@@ -107,6 +114,8 @@ def judge_utilization(spec: MetricSpec, canary: Sequence[float] | None,
     d, lo, hi = _welch_difference(c, b, cfg.confidence)
     shift, lo, hi = d / mb, lo / mb, hi / mb
     verdict, why = decide_shift("higher", spec.allowance, lo, hi)
+    if verdict == "inconclusive":
+        verdict, why = _noisy(spec, shift, why)
     reason = (f"{head}: {verdict}: {figures} (mean of n={len(c)}/{len(b)} samples), shift "
               f"{_pct(shift)} [{_pct(lo)}, {_pct(hi)}] {why}")
     if verdict == "fail":
@@ -114,6 +123,18 @@ def judge_utilization(spec: MetricSpec, canary: Sequence[float] | None,
     return MetricVerdict(spec.name, "run", verdict, spec.critical, "higher", spec.allowance,
                          len(c), len(b), canary=mc, baseline=mb, shift=shift, low=lo, high=hi,
                          reason=reason)
+
+
+def _noisy(spec: MetricSpec, shift: float, why: str) -> tuple[Verdict, str]:
+    """An interval too wide to decide (see the module doc): a point estimate within half the
+    allowance passes, noted; further down it stays inconclusive (GPU utilization) or is ignored
+    (the non-critical figures)."""
+    if shift >= -spec.allowance / 2:
+        return "pass", (f"{why}, but the candidate's mean is within half of it "
+                        f"({_pct(-spec.allowance / 2)}): no sign of idle GPUs")
+    if not spec.critical:
+        return "nodata", f"{why}; too noisy to judge, ignored (not critical)"
+    return "inconclusive", why
 
 
 def _with(v: MetricVerdict, reason: str, mc: float | None = None,

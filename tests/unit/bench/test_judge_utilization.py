@@ -104,3 +104,30 @@ def test_names_and_flags() -> None:
     j = judge({"gpu_util_pct": LESS}, {"gpu_util_pct": BUSY}, [flag])
     assert j.verdict == "pass"
     assert "within -30% allowance" in j.metrics[0].reason
+
+
+# per-tick figures of a short lab benchmark: busy and idle phases, ~40% on average
+NOISY_BASE = [0.0, 90.0, 10.0, 80.0, 0.0, 70.0, 40.0, 5.0, 85.0, 5.0]  # mean 38.5
+NOISY_SAME = [85.0, 0.0, 75.0, 5.0, 60.0, 10.0, 0.0, 90.0, 40.0, 5.0]  # mean 37.0
+NOISY_HALF = [40.0, 0.0, 35.0, 0.0, 30.0, 5.0, 0.0, 45.0, 20.0, 0.0]  # mean 17.5
+
+
+def test_a_noisy_interval_around_no_change_passes_noted() -> None:
+    """Wide intervals are what a short benchmark's ticks give: with the candidate's mean within
+    half the allowance (-3.9% here) there is no sign of idle GPUs, so the gate is not paused."""
+    v = judge_utilization(utilization_spec("gpu_util_pct"), NOISY_SAME, NOISY_BASE)
+    assert v.low is not None and v.low < -0.5 < (v.high or 0)  # the interval straddles -50%
+    assert v.verdict == "pass", v.reason
+    assert "straddles -50% allowance, but the candidate's mean is within half of it (-25.0%)" \
+        in v.reason
+
+
+def test_a_noisy_drop_beyond_half_the_allowance_is_not_passed() -> None:
+    """A -55% point estimate on a straddling interval: GPU utilization stays inconclusive (a
+    human looks), the non-critical figures are shown and ignored."""
+    v = judge_utilization(utilization_spec("gpu_util_pct"), NOISY_HALF, NOISY_BASE)
+    assert v.shift is not None and v.shift < -0.25
+    assert v.high is not None and v.high > -0.5  # not a clear drop either
+    assert v.verdict == "inconclusive", v.reason
+    p = judge_utilization(utilization_spec("pcie_rx_mbps"), NOISY_HALF, NOISY_BASE)
+    assert p.verdict == "nodata" and "too noisy to judge, ignored (not critical)" in p.reason
