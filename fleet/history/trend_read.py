@@ -65,14 +65,14 @@ def _ends_sql(dialect: str, cols: Sequence[str], since: bool) -> str:
     """
     lo = "AND s.taken_at >= :since " if since else ""
     where = f"s.host_id = g.h AND s.gpu_index = g.i {lo}AND s.taken_at <= :split"
-    if dialect != "sqlite":
+    if dialect != "sqlite":  # every GPU of the slice, with NULLs where none precedes the window
         return (
             f"{_GPUS} SELECT g.h, g.i, f.id, {_epoch(dialect, 'f.taken_at')}, f.uuid,"
             f" b.id, {_epoch(dialect, 'b.taken_at')}, {_cols(cols, 'b.')} FROM g"
-            f" CROSS JOIN LATERAL (SELECT s.id, s.taken_at, s.uuid FROM gpu_samples s"
-            f"  WHERE {where} ORDER BY s.taken_at, s.id LIMIT 1) f"
-            f" CROSS JOIN LATERAL (SELECT * FROM gpu_samples s"
-            f"  WHERE {where} ORDER BY s.taken_at DESC, s.id DESC LIMIT 1) b"
+            f" LEFT JOIN LATERAL (SELECT s.id, s.taken_at, s.uuid FROM gpu_samples s"
+            f"  WHERE {where} ORDER BY s.taken_at, s.id LIMIT 1) f ON true"
+            f" LEFT JOIN LATERAL (SELECT * FROM gpu_samples s"
+            f"  WHERE {where} ORDER BY s.taken_at DESC, s.id DESC LIMIT 1) b ON true"
             " WHERE g.i IS NOT NULL"
         )
     pick = (f"SELECT s.id FROM gpu_samples s WHERE {where}"
@@ -89,18 +89,19 @@ def _ends_sql(dialect: str, cols: Sequence[str], since: bool) -> str:
 def _window_sql(dialect: str, cols: Sequence[str], until: bool) -> str:
     """The samples after the split of hosts lo..hi, in (host, gpu, time) order.
 
-    On PostgreSQL per GPU through LATERAL (index range scans): a plain range query was planned
-    as a scan of the whole table for every slice of hosts.
+    On PostgreSQL per GPU through LATERAL (index range scans) over the GPUs the first/last query
+    found: a plain range query was planned as a scan of the whole table for every slice.
     """
     hi = " AND taken_at <= :until" if until else ""
     if dialect == "sqlite":
         return _rows_sql(dialect, cols, f"host_id BETWEEN :lo AND :hi AND taken_at > :split{hi}")
-    return (
-        f"{_GPUS} SELECT g.h, g.i, {_epoch(dialect, 'w.taken_at')}, {_cols(cols, 'w.')} FROM g"
-        f" CROSS JOIN LATERAL (SELECT * FROM gpu_samples s WHERE s.host_id = g.h"
+    return (  # the GPUs the first/last query listed, passed back as two arrays
+        f"SELECT g.h, g.i, {_epoch(dialect, 'w.taken_at')}, {_cols(cols, 'w.')}"
+        " FROM unnest(CAST(:hs AS integer[]), CAST(:gs AS integer[])) AS g(h, i)"
+        " CROSS JOIN LATERAL (SELECT * FROM gpu_samples s WHERE s.host_id = g.h"
         f"  AND s.gpu_index = g.i AND s.taken_at > :split{hi.replace('taken_at', 's.taken_at')}"
         "  OFFSET 0) w"  # a fence: per GPU by the index, never merged into one table scan
-        " WHERE g.i IS NOT NULL ORDER BY g.h, g.i, w.taken_at, w.id"
+        " ORDER BY g.h, g.i, w.taken_at, w.id"
     )
 
 
@@ -177,9 +178,13 @@ def iter_condensed(
     for c in range(0, len(ids), step):  # a slice of hosts at a time: flat memory
         span = {**params, "lo": ids[c], "hi": ids[min(c + step, len(ids)) - 1]}
         # each GPU's (first sample's time and board, last sample, whether they are one)
+        gpus = []
         for r in run(ends_sql, span).fetchall():
-            if r[0] in names:
+            gpus.append((r[0], r[1]))
+            if r[0] in names and r[2] is not None:
                 ends[(r[0], r[1])] = ((r[3], r[4]), tuple(r[6:]), r[2] == r[5])
+        if not plain:
+            span["hs"], span["gs"] = [g[0] for g in gpus], [g[1] for g in gpus]
         cursor = run(rows_sql, span)
         key: Key | None = None
         rows: list[Row] = []

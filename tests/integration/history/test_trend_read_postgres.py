@@ -4,13 +4,14 @@ across the two databases to float rounding: SQLite's julianday reads times to th
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 
 import pytest
 
 from fleet.domain.retention import RetentionPolicy
 from fleet.domain.trends import TrendSettings
-from fleet.history import open_history
+from fleet.history import add_snapshot, open_history
 from fleet.history.retention import prune
 from tests.unit.history.test_retention import assert_same_trend
 from tests.unit.history.test_trend_read import GPUS, HOSTS, NOW_DT, fill_varied, reports
@@ -22,8 +23,12 @@ def test_condensed_read_on_postgres_matches_row_by_row_and_sqlite(pg_db: str,
                                                                   tmp_path: Path) -> None:
     s = TrendSettings()
     with open_history(pg_db) as pg, open_history(str(tmp_path / "same.db")) as lite:
-        fill_varied(pg)
-        fill_varied(lite)
+        for h in (pg, lite):
+            fill_varied(h)
+            for d in range(6):  # a host whose samples all sit inside the window
+                add_snapshot(h, "fresh", taken_at=NOW_DT - dt.timedelta(days=3 * d),
+                             source="nvml", gpus=[{"gpu_index": 0, "uuid": "G",
+                                                   "aer_corrected": 1000 * (6 - d)}])
         for step in ("raw", "pruned"):
             if step == "pruned":
                 for h in (pg, lite):
@@ -31,7 +36,7 @@ def test_condensed_read_on_postgres_matches_row_by_row_and_sqlite(pg_db: str,
             a = reports(pg, s, condensed=True)
             assert a == reports(pg, s, condensed=False)
             b = reports(lite, s, condensed=True)
-            assert a.keys() == b.keys() and len(a) == HOSTS * GPUS + 1
+            assert a.keys() == b.keys() and len(a) == HOSTS * GPUS + 2
             for key in a:
                 if key[1] >= 0:
                     assert_same_trend(a[key], b[key])
