@@ -22,14 +22,22 @@ measured. A run whose achieved send rate misses the target by more than 2% (and 
 intended one by more than 20 ms) is invalid (the client could not keep up), not slow.
 
 HTTP mode is one thread with a select() loop over keep-alive connections (select takes a
-microsecond timeout; epoll rounds to milliseconds). Command mode uses a thread pool.
+microsecond timeout; epoll rounds to milliseconds): no thread hand-off and no lock between the
+timer and the send. Requests due are sent before any response is read; during the run the cyclic
+GC is off and the timer slack is 1 ns. What is left of the schedule error is the OS running the
+process late, the same for a bare timer on that CPU (benchmarks/replay_rate.py measures both).
+No busy-wait: a spinning client takes the CPU from the server it measures. Command mode uses a
+thread pool.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import errno
+import gc
+import heapq
 import json
 import math
 import os
@@ -358,9 +366,47 @@ def _new_socket(addr):
     return s
 
 
+@contextlib.contextmanager
+def _on_time():
+    """While replaying: no cyclic GC pause (records hold no cycles; refcounting frees them), and
+    on Linux a 1 ns timer slack instead of 50 us, so select() wakes when asked."""
+    gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    slack = _set_timer_slack(1)
+    try:
+        yield
+    finally:
+        if slack is not None:
+            _set_timer_slack(slack)
+        if was_enabled:
+            gc.enable()
+
+
+def _set_timer_slack(ns):
+    """prctl(PR_SET_TIMERSLACK) for this thread; the previous value, None where unsupported."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        old = libc.prctl(30, 0, 0, 0, 0)  # PR_GET_TIMERSLACK
+        if old <= 0 or libc.prctl(29, ctypes.c_ulong(ns), 0, 0, 0) != 0:  # PR_SET_TIMERSLACK
+            return None
+        return old
+    except (ImportError, OSError, AttributeError):
+        return None
+
+
 def run_http(requests, plan, endpoint, timeout=30.0, max_connections=256, lead=0.05,
              clock=time.monotonic):
-    """Replay `plan` against `endpoint`; one record per planned request."""
+    """Replay `plan` against `endpoint`; one record per planned request.
+
+    The schedule comes first: after each wake-up the requests now due are sent before any
+    response is read, and again before sleeping. Timeouts come off a heap, so a loop turn costs
+    the same with 2 or 256 requests in flight.
+    """
     url = urlsplit(endpoint)
     if url.scheme != "http" or not url.hostname:
         raise ValueError(f"endpoint must be http://HOST[:PORT] (got {endpoint!r})")
@@ -377,11 +423,12 @@ def run_http(requests, plan, endpoint, timeout=30.0, max_connections=256, lead=0
     sel = selectors.SelectSelector()  # microsecond timeouts; see the module docstring
     records = {}
     idle, conns = [], set()
-    pending = []  # request indexes due but not yet on a connection, oldest first
+    pending = collections.deque()  # request indexes due but not yet on a connection, oldest first
+    on_conn = {}  # request index -> the connection carrying it
+    expiry = []  # heap of (intended + timeout, request index)
     retried = set()
-    start = clock() + lead
-    k, total = 0, len(plan)
-    done = 0
+    state = {"k": 0, "done": 0}
+    total = len(plan)
 
     def finish(i, ok, error=None, nbytes=None, status=None):
         r = records[i]
@@ -389,6 +436,8 @@ def run_http(requests, plan, endpoint, timeout=30.0, max_connections=256, lead=0
         want = requests[i]["expect_bytes"]
         if ok and want is not None and nbytes != want:
             r["ok"], r["error"] = False, f"response size {nbytes}, expected {want}"
+        on_conn.pop(i, None)
+        state["done"] += 1
 
     def close(c):
         if c in conns:
@@ -401,6 +450,7 @@ def run_http(requests, plan, endpoint, timeout=30.0, max_connections=256, lead=0
 
     def start_on(c, i):
         c.rid, c.resp, c.out = i, _Response(), payload[i]
+        on_conn[i] = c
         if records[i]["sent"] is None:
             records[i]["sent"] = clock()
         if not c.connecting:
@@ -417,108 +467,122 @@ def run_http(requests, plan, endpoint, timeout=30.0, max_connections=256, lead=0
             pass
 
     def fail_conn(c, error):
-        nonlocal done
         i = c.rid
         close(c)
         if i is not None and records[i]["done"] is None:
             if c.reused and i not in retried and not (c.resp and c.resp.buf):
                 retried.add(i)  # a kept-alive connection the server had closed: once more
-                pending.insert(0, i)
+                on_conn.pop(i, None)
+                pending.appendleft(i)
                 return
             finish(i, False, error)
-            done += 1
 
-    while done < total:
-        now = clock()
+    def send_due():
+        now, k = clock(), state["k"]
         while k < total and start + plan[k][0] <= now:
             due, i, measured = plan[k]
             records[i] = {"index": i, "intended": start + due, "sent": None, "done": None,
                           "ok": False, "error": None, "status": None, "measured": measured}
+            heapq.heappush(expiry, (start + due + timeout, i))
             pending.append(i)
             k += 1
+        state["k"] = k
         while pending and (idle or len(conns) < max_connections):
-            i = pending.pop(0)
+            i = pending.popleft()
             if idle:
-                c = idle.pop()
-                start_on(c, i)
+                start_on(idle.pop(), i)
                 continue
             try:
                 c = _Conn(_new_socket(addr))
             except OSError as exc:
                 records[i]["sent"] = records[i]["sent"] or clock()
                 finish(i, False, f"connect: {exc.strerror}")
-                done += 1
                 continue
             conns.add(c)
             sel.register(c.sock, selectors.EVENT_WRITE, c)
             start_on(c, i)
-        now = clock()
-        wait = (start + plan[k][0] - now) if k < total else 0.05
-        deadline = min((records[c.rid]["intended"] + timeout for c in conns if c.rid is not None),
-                       default=None)
-        if deadline is not None:
-            wait = min(wait, deadline - now)
-        events = sel.select(max(0.0, wait)) if conns else (time.sleep(max(0.0, wait)) or [])
-        for key, mask in events:
-            c = key.data
-            if c.connecting and mask & selectors.EVENT_WRITE:
-                err = c.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-                if err:
-                    fail_conn(c, f"connect: {os.strerror(err)}")
-                    continue
-                c.connecting = False
-            if c.out and mask & selectors.EVENT_WRITE:
-                try:
-                    _write(c)
-                except OSError as exc:
-                    fail_conn(c, f"send: {exc.strerror}")
-                    continue
-            if c.writing and not c.out and not c.connecting:
-                sel.modify(c.sock, selectors.EVENT_READ, c)
-                c.writing = False
-            if mask & selectors.EVENT_READ:
-                try:
-                    data = c.sock.recv(262144)
-                except (BlockingIOError, InterruptedError):
-                    continue
-                except OSError as exc:
-                    fail_conn(c, f"recv: {exc.strerror}")
-                    continue
-                if c.rid is None:  # an idle connection closed by the server
-                    close(c)
-                    continue
-                try:
-                    complete = c.resp.feed(data) if data else c.resp.eof()
-                except ValueError as exc:
-                    fail_conn(c, f"bad response: {exc}")
-                    continue
-                if not data and not complete:
-                    fail_conn(c, "connection closed before the response ended")
-                    continue
-                if complete:
-                    i, resp = c.rid, c.resp
-                    ok = resp.status is not None and resp.status < 400
-                    finish(i, ok, None if ok else f"HTTP {resp.status}", resp.body_len,
-                           resp.status)
-                    done += 1
-                    c.rid, c.resp = None, None
-                    if resp.keep_alive and data:
-                        c.reused = True
-                        idle.append(c)
-                    else:
-                        close(c)
-        now = clock()
-        for c in list(conns):
-            if c.rid is not None and now > records[c.rid]["intended"] + timeout:
-                i = c.rid
+
+    def next_expiry():
+        while expiry and records[expiry[0][1]]["done"] is not None:
+            heapq.heappop(expiry)
+        return expiry[0][0] if expiry else None
+
+    def expire(now):
+        while expiry and expiry[0][0] < now:
+            _, i = heapq.heappop(expiry)
+            if records[i]["done"] is not None:
+                continue
+            c = on_conn.get(i)
+            if c is not None:
                 close(c)
                 finish(i, False, f"timeout after {timeout:g}s")
-                done += 1
-        for i in list(pending):  # waiting for a connection past the timeout
-            if now > records[i]["intended"] + timeout:
+            else:
                 pending.remove(i)
                 finish(i, False, f"timeout after {timeout:g}s waiting for a connection")
-                done += 1
+
+    def handle(c, mask):
+        if c.connecting and mask & selectors.EVENT_WRITE:
+            err = c.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            if err:
+                fail_conn(c, f"connect: {os.strerror(err)}")
+                return
+            c.connecting = False
+        if c.out and mask & selectors.EVENT_WRITE:
+            try:
+                _write(c)
+            except OSError as exc:
+                fail_conn(c, f"send: {exc.strerror}")
+                return
+        if c.writing and not c.out and not c.connecting:
+            sel.modify(c.sock, selectors.EVENT_READ, c)
+            c.writing = False
+        if not mask & selectors.EVENT_READ:
+            return
+        try:
+            data = c.sock.recv(262144)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            fail_conn(c, f"recv: {exc.strerror}")
+            return
+        if c.rid is None:  # an idle connection closed by the server
+            close(c)
+            return
+        try:
+            complete = c.resp.feed(data) if data else c.resp.eof()
+        except ValueError as exc:
+            fail_conn(c, f"bad response: {exc}")
+            return
+        if not data and not complete:
+            fail_conn(c, "connection closed before the response ended")
+            return
+        if complete:
+            i, resp = c.rid, c.resp
+            ok = resp.status is not None and resp.status < 400
+            c.rid, c.resp = None, None
+            finish(i, ok, None if ok else f"HTTP {resp.status}", resp.body_len, resp.status)
+            if resp.keep_alive and data:
+                c.reused = True
+                idle.append(c)
+            else:
+                close(c)
+
+    with _on_time():
+        start = clock() + lead
+        while state["done"] < total:
+            send_due()
+            now = clock()
+            k = state["k"]
+            wait = (start + plan[k][0] - now) if k < total else 0.05
+            deadline = next_expiry()
+            if deadline is not None:
+                wait = min(wait, deadline - now)
+            events = sel.select(max(0.0, wait)) if conns else (time.sleep(max(0.0, wait)) or [])
+            send_due()  # the schedule before the responses
+            for key, mask in events:
+                if key.data in conns:  # not closed by an earlier event of this turn
+                    handle(key.data, mask)
+            expire(clock())
     for c in list(conns):
         close(c)
     sel.close()

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import json
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -90,6 +93,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         if self.path.startswith("/slow"):
             time.sleep(0.05)
+        if self.path.startswith("/hang"):
+            time.sleep(1.5)
         code = 500 if self.path.startswith("/err") else 200
         body = b'{"ok": true}'
         self.send_response(code)
@@ -135,6 +140,26 @@ def test_a_stalled_server_counts_in_latency(server: str) -> None:
     recs = replay.run_http(reqs, replay.schedule(reqs), server, timeout=5)
     lat = [r["done"] - r["intended"] for r in recs]
     assert min(lat) >= 0.05
+
+
+def _timer_slack_ns() -> int | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    return int(ctypes.CDLL(None).prctl(30, 0, 0, 0, 0))  # PR_GET_TIMERSLACK
+
+
+def test_timeouts_fire_on_time_in_flight_and_waiting_for_a_connection(server: str) -> None:
+    # one connection allowed: the first request hangs on it, the other two wait for it
+    reqs = [{"t": 0.0, "method": "GET", "path": "/hang", "body": None, "headers": {},
+             "expect_bytes": None} for _ in range(3)]
+    slack, gc_enabled = _timer_slack_ns(), gc.isenabled()
+    recs = replay.run_http(reqs, replay.schedule(reqs), server, timeout=0.3, max_connections=1)
+    assert [r["error"] for r in recs] == ["timeout after 0.3s"] + [
+        "timeout after 0.3s waiting for a connection"] * 2
+    assert all(0.3 <= r["done"] - r["intended"] < 0.45 for r in recs), recs
+    assert recs[0]["sent"] is not None and recs[1]["sent"] is None
+    # the replay's quiet settings (no GC pauses, 1 ns timer slack) end with it
+    assert gc.isenabled() == gc_enabled and _timer_slack_ns() == slack
 
 
 def test_unreachable_endpoint_is_errors_not_a_crash() -> None:
