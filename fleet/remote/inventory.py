@@ -59,6 +59,31 @@ def _cli_inventory() -> types.ModuleType:
             del sys.modules["pyinfra_cli"]
 
 
+@contextmanager
+def memoised_entry_points(module: types.ModuleType) -> Iterator[None]:
+    """`module.entry_points` answering each query once while the block runs.
+
+    pyinfra looks up its connector entry points at least twice per inventory (and once more per
+    `@connector` host), gevent its plugins about 25 times while patching: each a scan of every
+    installed distribution's metadata (several ms). Nothing is installed meanwhile, so the
+    answers cannot change.
+    """
+    scan = getattr(module, "entry_points")  # noqa: B009 (a module attribute)
+    seen: dict[tuple[tuple[str, Any], ...], Any] = {}
+
+    def entry_points(**params: Any) -> Any:
+        key = tuple(sorted(params.items()))
+        if key not in seen:
+            seen[key] = scan(**params)
+        return seen[key]
+
+    setattr(module, "entry_points", entry_points)  # noqa: B010
+    try:
+        yield
+    finally:
+        setattr(module, "entry_points", scan)  # noqa: B010
+
+
 Occurrence = tuple[str, dict[str, Any]]  # (group, host data as the group lists it)
 
 
@@ -262,7 +287,8 @@ def load_inventory_file(path: str | Path) -> Any:
     cached = set(util.PYTHON_CODES)
     state = State()  # exec_file records the file it runs on the current state
     try:
-        with _cwd_on_path(cwd), ctx_state.use(state), _capture_host_entries(cli) as listings:
+        with _cwd_on_path(cwd), ctx_state.use(state), _capture_host_entries(cli) as listings, \
+                memoised_entry_points(sys.modules["pyinfra.api.connectors"]):
             inventory = cli.make_inventory_from_files(source, cwd=cwd)
     except (Exception, SystemExit) as exc:
         raise _load_error(exc, source, is_file) from exc
