@@ -364,8 +364,11 @@ def analyze_gpu(
     weeks_seen: set[int] = set()
     # Corrected/uncorrected ECC: the lifetime (aggregate) counter when the GPU reports it, since
     # the volatile one resets on every driver reload; volatile otherwise.
-    use_agg_c = any(r[ECC_CA] is not None for r in rows)
-    use_agg_u = any(r[ECC_UA] is not None for r in rows)
+    last_row = rows[-1] if rows else None  # the usual witness, checked first
+    use_agg_c = (last_row is not None and last_row[ECC_CA] is not None) or any(
+        r[ECC_CA] is not None for r in rows)
+    use_agg_u = (last_row is not None and last_row[ECC_UA] is not None) or any(
+        r[ECC_UA] is not None for r in rows)
     ci = ECC_CA if use_agg_c else ECC_CV
     ui = ECC_UA if use_agg_u else ECC_UV
     singles = ((ci, ecc), (ui, ecc_unc), (AER_C, aer), (REPLAY, replay))
