@@ -14,17 +14,24 @@ from fleet.domain.trends import TrendSettings
 from fleet.history import add_snapshot, open_history
 from fleet.history.retention import prune
 from tests.unit.history.test_retention import assert_same_trend
-from tests.unit.history.test_trend_read import GPUS, HOSTS, NOW_DT, fill_varied, reports
+from tests.unit.history.test_trend_read import (  # noqa: F401  (spy: a fixture)
+    GPUS,
+    HOSTS,
+    NOW_DT,
+    fill_varied,
+    reports,
+    spy,
+)
 
 pytestmark = pytest.mark.postgres
 
 
-def test_condensed_read_on_postgres_matches_row_by_row_and_sqlite(pg_db: str,
-                                                                  tmp_path: Path) -> None:
+def test_condensed_read_on_postgres_matches_row_by_row_and_sqlite(
+        pg_db: str, tmp_path: Path, spy: dict[str, int]) -> None:  # noqa: F811
     s = TrendSettings()
     with open_history(pg_db) as pg, open_history(str(tmp_path / "same.db")) as lite:
         for h in (pg, lite):
-            fill_varied(h)
+            fill_varied(h, weeks=16)
             for d in range(6):  # a host whose samples all sit inside the window
                 add_snapshot(h, "fresh", taken_at=NOW_DT - dt.timedelta(days=3 * d),
                              source="nvml", gpus=[{"gpu_index": 0, "uuid": "G",
@@ -41,3 +48,4 @@ def test_condensed_read_on_postgres_matches_row_by_row_and_sqlite(pg_db: str,
                 if key[1] >= 0:
                     assert_same_trend(a[key], b[key])
             assert any(g["flags"] for key, g in a.items() if key[1] >= 0)
+        assert spy["condensed"] >= 12 and spy["full"] >= 4  # both paths, on both databases
