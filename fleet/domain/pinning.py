@@ -18,7 +18,12 @@ RHEL family: the `nvidia-driver` module stream of the release first (`dnf module
 module artifacts, and dnf's modular filtering hides every driver of a stream not enabled), then
 versionlock entries instead of pins, and explicit `dnf install`/`dnf downgrade` of
 `name-[epoch:]<upstream>`: pyinfra 3.10's `dnf.packages` ignores a pinned version when another
-version is installed (pyinfra issue 1910), so the plan does not go through it.
+version is installed (pyinfra issue 1910), so the plan does not go through it. Whenever the
+locks are written, so is dnf-automatic's exclude guard (the dnf side of the unattended-upgrades
+blacklist): an `exclude = <the release's packages>` line under `[base]` of
+/etc/dnf/automatic.conf, which dnf-automatic applies on top of dnf.conf (`exclude` is dnf's alias
+of `excludepkgs`, an append list: a site's own `excludepkgs` there and in dnf.conf stay in force).
+A plain `dnf upgrade` is held by the versionlocks; a `dnf install` by hand still works.
 """
 
 from __future__ import annotations
@@ -38,6 +43,9 @@ OsFamily = Literal["debian", "rhel"]
 
 PREFERENCES_PATH = "/etc/apt/preferences.d/fleet-nvidia.pref"
 UNATTENDED_PATH = "/etc/apt/apt.conf.d/51fleet-nvidia-unattended"
+DNF_AUTOMATIC_PATH = "/etc/dnf/automatic.conf"
+DNF_GUARD_MARK = "# Managed by fleet: pinned NVIDIA packages change only through fleet."
+"""The line above fleet's `exclude =` line in automatic.conf (the file itself is dnf's)."""
 
 # Defense in depth: the matrix already validates these, but nothing reaches a shell unchecked.
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9+.\-]{0,127}$")
@@ -165,6 +173,62 @@ def unattended_blacklist(wanted: Sequence[WantedPackage]) -> str:
     )
 
 
+def dnf_automatic_guard(wanted: Sequence[WantedPackage]) -> str:
+    """fleet's two lines for automatic.conf's `[base]`: the mark and the exclude list."""
+    return f"{DNF_GUARD_MARK}\nexclude = {', '.join(sorted({w.name for w in wanted}))}\n"
+
+
+def with_dnf_automatic_guard(text: str | None, wanted: Sequence[WantedPackage]) -> str:
+    """automatic.conf with fleet's guard, and only it, right under the first `[base]` (a
+    `[base]` appended when there is none; the file when absent is `[base]` alone). Exactly what
+    `dnf_guard_command` does on the host, which tests check against each other."""
+    text = "[base]\n" if text is None else text
+    if text and not text.endswith("\n"):
+        text += "\n"  # sed's `$a\`
+    lines = text.splitlines(keepends=True)
+    kept: list[str] = []
+    skip = False
+    for line in lines:  # drop each mark and the line after it (an earlier guard)
+        if skip:
+            skip = False
+        elif line.rstrip("\n") == DNF_GUARD_MARK:
+            skip = True
+        else:
+            kept.append(line)
+    at = next((i for i, line in enumerate(kept) if re.fullmatch(r"\[base\]\s*", line)), None)
+    if at is None:
+        kept += ["\n", "[base]\n"]
+        at = len(kept) - 1
+    kept.insert(at + 1, dnf_automatic_guard(wanted))
+    return "".join(kept)
+
+
+def dnf_automatic_excluded(text: str) -> frozenset[str] | None:
+    """The package names fleet's guard in automatic.conf excludes; None when it has none."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines[:-1]):
+        if line == DNF_GUARD_MARK and lines[i + 1].startswith("exclude ="):
+            value = lines[i + 1].split("=", 1)[1]
+            return frozenset(n.strip() for n in value.split(",") if n.strip())
+    return None
+
+
+def dnf_guard_command(wanted: Sequence[WantedPackage], path: str = DNF_AUTOMATIC_PATH) -> str:
+    """The host-side edit of `with_dnf_automatic_guard` (GNU sed, as on every EL host): the
+    planner does not read automatic.conf, so the edit must be right whatever the file holds."""
+    _check(wanted)
+    f = shlex.quote(path)
+    names = ", ".join(sorted({w.name for w in wanted}))
+    mark = re.sub(r"([.\[\]*^$\\/])", r"\\\1", DNF_GUARD_MARK)  # a sed BRE
+    base = r"^\[base\][[:space:]]*$"
+    return (
+        f"{{ [ -e {f} ] || printf '[base]\\n' > {f}; }} && "
+        f"sed -i -e '/^{mark}$/{{$d;N;d}}' -e '$a\\' {f} && "
+        f"{{ grep -q '{base}' {f} || printf '\\n[base]\\n' >> {f}; }} && "
+        f"sed -i -e '0,/{base}/s//&\\n{DNF_GUARD_MARK}\\nexclude = {names}/' {f}"
+    )
+
+
 def _changes(wanted: Sequence[WantedPackage], installed: Mapping[str, str],
              os_family: OsFamily = "debian") -> list[Change]:
     changes: list[Change] = []
@@ -224,7 +288,7 @@ def plan_pin(
     if os_family == "debian":
         steps = _apt_steps(wanted, changes, held, files)
     else:
-        steps = _dnf_steps(wanted, changes, held)
+        steps = _dnf_steps(wanted, changes, held, files)
         if module_stream is not None and enabled_stream != module_stream:
             at = 1 if steps and steps[0].command and "versionlock delete" in steps[0].command else 0
             steps[at:at] = [
@@ -313,8 +377,11 @@ def _apt_steps(
 
 
 def _dnf_steps(
-    wanted: Sequence[WantedPackage], changes: Sequence[Change], held: set[str]
+    wanted: Sequence[WantedPackage], changes: Sequence[Change], held: set[str],
+    files: Mapping[str, str | None],
 ) -> list[Step]:
+    """`files` may hold automatic.conf's content (None: absent); without it the guard is
+    written whenever the locks are."""
     q = shlex.quote
     steps: list[Step] = []
     moving = sorted({c.package for c in changes} & held)
@@ -349,4 +416,9 @@ def _dnf_steps(
         steps.append(
             Step("lock the pinned versions", "dnf versionlock add " + " ".join(map(q, specs)))
         )
+    stale = (DNF_AUTOMATIC_PATH in files and dnf_automatic_excluded(
+        files[DNF_AUTOMATIC_PATH] or "") != frozenset(w.name for w in wanted))
+    if lock or stale:
+        steps.append(Step(f"keep dnf-automatic off the pinned packages (exclude in "
+                          f"{DNF_AUTOMATIC_PATH} [base])", dnf_guard_command(wanted)))
     return steps

@@ -117,6 +117,15 @@ class Cast:
     drift_version: str
     incident_pool: str
     slow_how: str = "the simulation's release performance factor"
+    el9_pools: tuple[str, ...] = ()  # pools whose hosts run EL9 (dnf, rpm); the rest Debian
+    el9_hosts: tuple[str, ...] = ()
+
+    def hand_install(self, host: str) -> str:
+        """The command someone typed to drift `host` (its own package manager)."""
+        if host in self.el9_hosts:
+            return f"dnf versionlock delete {self.drift_package} && " \
+                   f"dnf install {self.drift_package}-{self.drift_version}"
+        return f"apt-get install {self.drift_package}={self.drift_version}-1"
 
     @property
     def hosts(self) -> int:
@@ -240,7 +249,8 @@ class DemoResult:
             "lab_run": str(self.lab_run) if self.lab_run else None,
             "report": str(self.report) if self.report else None,
             "reports": {k: str(v) for k, v in sorted(self.reports.items())},
-            "fleet": {"hosts": self.cast.hosts, "pools": dict(self.cast.pools)},
+            "fleet": {"hosts": self.cast.hosts, "pools": dict(self.cast.pools),
+                      "el9_pools": list(self.cast.el9_pools)},
             "releases": {"golden": self.cast.golden, "candidate_a": self.cast.candidate_a,
                          "candidate_b": self.cast.candidate_b},
             "baseline": dict(self.baseline),
@@ -393,6 +403,13 @@ class _Story:
             f"{d['conformant']}/{d['hosts']} conformant, {s['gpus_flagged']} GPU(s) flagged, "
             f"{s['quarantine_proposed']} quarantine proposal(s).",
         ]
+        if c.el9_pools:
+            step.lines.append(
+                f"Pool {', '.join(c.el9_pools)} runs EL9 (Rocky Linux 9 hosts, real dnf and rpm): "
+                "there fleet enables the release's nvidia-driver module stream (dnf module "
+                "reset/enable), installs the exact versions, versionlocks them and keeps "
+                "dnf-automatic off them (excludepkgs in /etc/dnf/automatic.conf); the other "
+                "pools run Debian (apt pins, holds, an unattended-upgrades blacklist).")
         step.commands += [
             "fleet probe -i inventory.py                      # weekly, from cron",
             f"fleet hygiene run -m {self.m} -i inventory.py --report-dir reports/",
@@ -469,7 +486,7 @@ class _Story:
         self.at(START + 6 * WEEK + timedelta(days=3))
         self.target.drift(c.drift_host, c.drift_package, c.drift_version)
         record_event(self.history, "demo.note", c.drift_host,
-                     f"someone ran apt-get install {c.drift_package}={c.drift_version}-1 by hand",
+                     f"someone ran {c.hand_install(c.drift_host)} by hand",
                      {"package": c.drift_package, "version": c.drift_version}, actor="someone",
                      at=self.clock())
         self.at(START + 7 * WEEK)
@@ -485,6 +502,7 @@ class _Story:
             what = ("quarantined (drained)" if action is not None and action.applied
                     else f"quarantine {proposal.decision}")
             step.lines.append(f"{what}: {proposal.host} ({proposal.pool}): {proposal.reason}")
+        step.lines.append(f"by hand on {c.drift_host}: {c.hand_install(c.drift_host)}")
         for d in report.non_conformant:
             step.lines.append(f"drift: {d.host}: " + "; ".join(str(x) for x in d.differences))
         breakers = [b for b in report.quarantine.breakers if b.proposed]
@@ -564,6 +582,11 @@ class _Story:
             "pinned, rebooted, probed and health-checked; who and why are in the history.",
             "outcomes: " + ", ".join(f"{n} {k}" for k, n in sorted(outcomes.items())),
         ]
+        if c.incident_pool in c.el9_pools:
+            step.lines.append(
+                f"{c.incident_pool} runs EL9: the pin switched the nvidia-driver module stream "
+                "back, downgraded with dnf, removed the newer release's packages and rewrote "
+                "the versionlocks and dnf-automatic's exclude guard.")
         if not drift_left:
             step.lines.append(f"The pin also put back {c.drift_host}'s hand-installed "
                               f"{c.drift_package}.")

@@ -34,6 +34,8 @@ from fleet.lab.paths import LabPaths
 
 HOSTS = 8
 BRIDGE = "fleetbr0"
+EL9_POOL = D.INCIDENT_POOL
+"""The pool of the demo's own lab whose hosts are EL9 (Rocky Linux 9: dnf and rpm)."""
 INVENTORY_FILE = "inventory.py"
 LAB_GATES = {"health": True, "benchmark": True, "replay": False, "max_retries": 1,
              "benchmark_command": "fleet-lab-bench --duration 0.3", "benchmark_repeats": 8}
@@ -171,9 +173,20 @@ class LabTarget:
         return cp.stdout
 
     def drift(self, host: str, package: str, version: str) -> None:
+        """What someone does by hand: lift the hold (versionlock on EL9) and install another
+        version of one package with the host's own package manager."""
         from fleet.lab.repo import apt_version
 
         pkg = shlex.quote(package)
+        if self.spec[host].os == "el9":
+            from fleet.domain.matrix.packages import dnf_spec
+
+            want = shlex.quote(dnf_spec(package, version))
+            # `dnf install` of an older NEV downgrades; dnf-automatic's exclude guard does not
+            # apply to a dnf run by hand
+            self.ssh(host, f"dnf -q versionlock delete {pkg} >/dev/null 2>&1; "
+                     f"dnf -y -q install {want} >/dev/null")
+            return
         self.ssh(host, f"apt-mark unhold {pkg} >/dev/null; apt-get update -qq && "
                  "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --allow-downgrades "
                  f"--allow-change-held-packages {pkg}={shlex.quote(apt_version(version))} "
@@ -182,8 +195,11 @@ class LabTarget:
     def drifted(self, host: str) -> bool:
         from fleet.lab.repo import apt_version
 
-        out = self.ssh(host, "dpkg-query -W -f '${Version}' "
-                       + shlex.quote(self.cast.drift_package))
+        pkg = shlex.quote(self.cast.drift_package)
+        if self.spec[host].os == "el9":
+            out = self.ssh(host, f"rpm -q --qf '%{{VERSION}}' {pkg}")
+            return out.strip() == self.cast.drift_version
+        out = self.ssh(host, "dpkg-query -W -f '${Version}' " + pkg)
         return out.strip() == apt_version(self.cast.drift_version)
 
     def save(self) -> None:
@@ -206,10 +222,14 @@ def _cast(paths: LabPaths, matrix: Matrix, a: str, slow: float) -> D.Cast:
                               "story needs at least 4 hosts (H100, H100, A100, L40S)")
     rel_a = next(r for r in matrix.releases if r.name == a)
     toolkit = str(rel_a.companions.container_toolkit or "1.17.3")
+    el9 = {h.pool for h in state.hosts if h.os == "el9"}
+    el9_pools = tuple(sorted(p for p in el9
+                             if all(h.os == "el9" for h in state.hosts if h.pool == p)))
     return D.Cast("lab", D.GOLDEN, a, D.CANDIDATE_B, slow, pools,
                   (by_pool["h100"][0], by_pool["a100"][0]), D.ECC_RAMP,
                   by_pool[D.INCIDENT_POOL][-1], D.DRIFT_PACKAGE, toolkit, D.INCIDENT_POOL,
-                  slow_how="the lab's perf factor for its driver package")
+                  slow_how="the lab's perf factor for its driver package", el9_pools=el9_pools,
+                  el9_hosts=tuple(sorted(h.name for h in state.hosts if h.os == "el9")))
 
 
 @contextmanager
@@ -237,8 +257,10 @@ def _own_lab(folder: Path, say: Callable[[str], None]) -> Iterator[LabPaths]:
         if not slurm:
             say("no Slurm here (" + " ".join(S.missing_tools()) + " missing): hosts are drained "
                 "through no scheduler")
+        el9 = _el9_pools(say)
         lab.up(paths, lab.UpConfig(hosts=HOSTS, matrix=releases, release=D.GOLDEN,
-                                   perf={D.CANDIDATE_A: Perf(D.SLOW_A, 0.01)}, slurm=slurm),
+                                   perf={D.CANDIDATE_A: Perf(D.SLOW_A, 0.01)}, slurm=slurm,
+                                   el9_pools=el9),
                progress=lambda m, _d, _t: say(f"lab up: {m}"))
         yield paths
     finally:
@@ -248,6 +270,20 @@ def _own_lab(folder: Path, say: Callable[[str], None]) -> Iterator[LabPaths]:
         if left:
             raise CouldNotComplete(f"the demo's lab left {left} behind in {run}; "
                                    f"run `FLEET_LAB_DIR={run} fleet lab down`")
+
+
+def _el9_pools(say: Callable[[str], None]) -> tuple[str, ...]:
+    """The pool whose hosts run EL9 (dnf, rpm, module streams, versionlock): the incident's,
+    so the drift by hand, the waves of candidate B and the incident rollback all go through
+    dnf. None where this machine cannot build the lab's RPM repository."""
+    import shutil
+
+    missing = [t for t in ("rpmbuild", "createrepo_c") if shutil.which(t) is None]
+    if missing:
+        say(f"no EL9 pool ({' and '.join(missing)} missing here: Debian packages rpm, "
+            "createrepo-c): every lab host runs Debian")
+        return ()
+    return (EL9_POOL,)
 
 
 def lab_matrix_from_demo() -> str:

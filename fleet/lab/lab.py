@@ -53,6 +53,7 @@ class UpConfig:
     slurm: bool = False  # slurmctld + munged here, one slurmd per host (netns mode only)
     health_check_interval: int = S.DEFAULT_HEALTH_INTERVAL
     el9: int = 0  # how many hosts (the last ones) are el9 hosts: dnf + rpm, Rocky Linux 9
+    el9_pools: tuple[str, ...] = ()  # and every host of these matrix pools
 
 
 def parse_os(spec: str, hosts: int) -> int:
@@ -130,13 +131,17 @@ def up(paths: LabPaths, cfg: UpConfig, progress: Progress = _quiet) -> LabState:
         H.check_subnet()
     if cfg.slurm:
         S.check_port()
-    if cfg.el9 and (missing := [t for t in ("rpmbuild", "createrepo_c")
-                                if shutil.which(t) is None]):
+    if unknown_pools := sorted(set(cfg.el9_pools) - set(pools)):
+        raise BadInput.single(f"el9 pools {unknown_pools} are not pools of the matrix "
+                              f"(has: {', '.join(sorted(pools))})", file=str(cfg.matrix))
+    hosts = plan_hosts(cfg.hosts, cfg.mode, pools, cfg.el9, cfg.el9_pools)
+    el9 = any(h.os == "el9" for h in hosts)
+    if el9 and (missing := [t for t in ("rpmbuild", "createrepo_c")
+                            if shutil.which(t) is None]):
         raise BadInput.single(
             f"--os el9 needs {' and '.join(missing)} here (Debian packages rpm, createrepo-c)",
             field="--os",
         )
-    hosts = plan_hosts(cfg.hosts, cfg.mode, pools, cfg.el9)
     steps = 7 if cfg.slurm else 6
     t0 = time.monotonic()
     try:
@@ -144,7 +149,7 @@ def up(paths: LabPaths, cfg: UpConfig, progress: Progress = _quiet) -> LabState:
         recipe = BaseRecipe()
         base = ensure_base(paths, recipe, progress=lambda m: progress(m, 0, steps))
         bases = {"debian": base}
-        if cfg.el9:
+        if el9:
             bases["el9"] = ensure_base(paths, recipe_for("el9"),
                                        progress=lambda m: progress(m, 0, steps))
         for d in (paths.run, paths.ssh, paths.logs):
@@ -155,7 +160,7 @@ def up(paths: LabPaths, cfg: UpConfig, progress: Progress = _quiet) -> LabState:
         repo.build_repo(pkgs, paths.repo)
         addr = BRIDGE_ADDR if cfg.mode == "netns" else "127.0.0.1"
         repo_url = f"http://{addr}:{REPO_PORT}/"
-        rpms = rpmrepo.plan_rpms(releases, cfg.perf, lib.read_bytes()) if cfg.el9 else []
+        rpms = rpmrepo.plan_rpms(releases, cfg.perf, lib.read_bytes()) if el9 else []
         if rpms:
             rpmrepo.build_rpm_repo(rpms, paths.repo / rpmrepo.DIST,
                                    rpmrepo.driver_streams(releases, rpms))
@@ -178,7 +183,7 @@ def up(paths: LabPaths, cfg: UpConfig, progress: Progress = _quiet) -> LabState:
         H.write_layer(paths, base, repo_url)
         conf = S.configure(paths, hosts, cfg.health_check_interval) if cfg.slurm else None
         S.write_layer(paths, conf)
-        if cfg.el9:  # a copy of the layer before the debs go in, made EL9
+        if el9:  # a copy of the layer before the debs go in, made EL9
             H.write_el9_layer(paths, f"{repo_url}{rpmrepo.DIST}/")
             _install_release_el9(paths, bases["el9"], release, releases)
         _install_release(paths, base, pkgs, release, releases)

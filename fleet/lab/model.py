@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -175,10 +175,11 @@ def matrix_pool(model: str, pools: Mapping[str, tuple[str | None, bool]],
 
 def plan_hosts(n: int, mode: Mode,
                pools: Mapping[str, tuple[str | None, bool]] | None = None,
-               el9: int = 0) -> list[HostSpec]:
+               el9: int = 0, el9_pools: Collection[str] = ()) -> list[HostSpec]:
     """Hosts with a GPU mix, a rehearsal wave, and the matrix pool of their GPU model (the
     wave name when the matrix has no pool for the model). The last `el9` hosts are el9 hosts
-    (dnf and rpm), so a mixed lab keeps its Debian canary."""
+    (dnf and rpm), so a mixed lab keeps its Debian canary; so is every host of a pool in
+    `el9_pools` (a whole pool on EL9, as fleets split by OS usually are)."""
     if not 1 <= n <= MAX_HOSTS:
         raise ValueError(f"host count must be 1..{MAX_HOSTS}")
     if not 0 <= el9 <= n:
@@ -201,9 +202,11 @@ def plan_hosts(n: int, mode: Mode,
                 unit=f"rack{(i - 1) // 4 + 1}",
                 netns=f"fleet-h{i}" if mode == "netns" else None,
                 veth=f"fleetv{i}" if mode == "netns" else None,
-                os="el9" if i > n - el9 else "debian",
+                os="debian",
             )
         )
+        if i > n - el9 or hosts[-1].pool in el9_pools:
+            hosts[-1].os = "el9"
         taken.add(hosts[-1].pool)
     return hosts
 

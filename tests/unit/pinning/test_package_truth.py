@@ -12,7 +12,7 @@ import yaml
 from fleet.domain.matrix import packages as P
 from fleet.domain.matrix.loader import parse_matrix
 from fleet.domain.matrix.models import Release
-from fleet.domain.pinning import apt_preferences, plan_pin
+from fleet.domain.pinning import apt_preferences, dnf_guard_command, plan_pin
 from fleet.errors import BadInput, Problem
 
 
@@ -190,7 +190,8 @@ def test_dnf_plan_installs_and_locks_with_epochs() -> None:
     cmds = [s.command for s in plan_pin("rhel", wanted, {}, [], {}).steps]
     assert cmds == [
         "dnf -y install nvidia-driver-3:580.95.05 datacenter-gpu-manager-4-core-1:4.4.1",
-        "dnf versionlock add datacenter-gpu-manager-4-core-1:4.4.1 nvidia-driver-3:580.95.05"]
+        "dnf versionlock add datacenter-gpu-manager-4-core-1:4.4.1 nvidia-driver-3:580.95.05",
+        dnf_guard_command(wanted)]
 
 
 def test_a_host_on_the_release_with_epochs_changes_nothing() -> None:

@@ -10,6 +10,7 @@ from fleet.domain.pinning import (
     PREFERENCES_PATH,
     UNATTENDED_PATH,
     apt_preferences,
+    dnf_guard_command,
     plan_pin,
     unattended_blacklist,
     upstream_of,
@@ -141,6 +142,7 @@ class TestDnf:
             "dnf versionlock delete nvidia-driver",
             "dnf -y downgrade nvidia-driver-3:550.54.15",
             "dnf versionlock add nvidia-driver-3:550.54.15",
+            dnf_guard_command(self.wanted),  # the locks changed: dnf-automatic's guard too
         ]
 
     def test_locked_host_on_release_needs_nothing(self) -> None:
@@ -153,6 +155,7 @@ class TestDnf:
         assert [s.command for s in plan.steps] == [
             "dnf -y install nvidia-driver-3:550.54.15 cuda-toolkit-12-4-12.4.1",
             "dnf versionlock add cuda-toolkit-12-4-12.4.1 nvidia-driver-3:550.54.15",
+            dnf_guard_command(self.wanted),
         ]
 
 
