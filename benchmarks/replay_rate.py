@@ -24,9 +24,10 @@ late wake-up there but 20 late requests in an open loop.
 benchmark gate runs it) against the lab's fake NVML, both on the client's CPU, to show whether
 the sampler disturbs the schedule.
 
-Prints, per run: requests, achieved vs target send rate, schedule error p50/p99/max, the bare
-timer's p99 (open loop and per wake), the ratio, latency p50/p99, the client's CPU use. Then the
-medians.
+Prints, per run: requests, achieved vs target send rate, schedule error p50/p99/max, the
+requests due while all 256 connections were busy (the endpoint starved: their schedule error is
+its backlog, not the client's timer), the bare timer's p99 (open loop and per wake), the ratio,
+latency p50/p99, the client's CPU use. Then the medians.
 """
 
 from __future__ import annotations
@@ -165,7 +166,8 @@ def one_run(rate: float, duration: float, seed: int, port: int, cpu: int | None,
     return {"requests": m["requests"], "target_rps": m["target_rps"],
             "achieved_rps": m["achieved_rps"], "valid": doc["valid"],
             "sched_p50_ms": m["schedule_error_ms_p50"], "sched_p99_ms": m["schedule_error_ms_p99"],
-            "sched_max_ms": m["schedule_error_ms_max"], "bare_p99_ms": bare_doc["p99_ms"],
+            "sched_max_ms": m["schedule_error_ms_max"], "conn_waits": m["connection_waits"],
+            "bare_p99_ms": bare_doc["p99_ms"],
             "bare_wake_p99_ms": bare_doc["wake_p99_ms"],
             "ratio": m["schedule_error_ms_p99"] / bare_doc["p99_ms"],
             "lat_p50_ms": m["latency_ms_p50"], "lat_p99_ms": m["latency_ms_p99"],
@@ -210,11 +212,16 @@ def main() -> None:
     def med(key: str) -> float:
         return float(statistics.median(r[key] for r in rows))
 
+    fed = [r["ratio"] for r in rows if not r["conn_waits"]]
+    starved = (f"; {len(rows) - len(fed)} run(s) with requests waiting for a connection, the "
+               f"others' ratio median {statistics.median(fed):.2f}" if fed else
+               "; every run had requests waiting for a connection") if len(fed) < len(rows) else ""
     print(f"median of {args.runs} (client{' under gpu_util.py' if args.gpu_util else ''} and "
           f"bare timer on 1 CPU of {len(cpus)}): achieved {med('achieved_rps'):.1f}/s "
           f"(target {med('target_rps'):.1f}/s), schedule error p99 {med('sched_p99_ms'):.3f} ms "
           f"vs bare timer p99 {med('bare_p99_ms'):.3f} ms: ratio {med('ratio'):.2f} "
-          f"(range {min(r['ratio'] for r in rows):.2f}-{max(r['ratio'] for r in rows):.2f}); "
+          f"(range {min(r['ratio'] for r in rows):.2f}-{max(r['ratio'] for r in rows):.2f}"
+          f"{starved}); "
           f"bare per-wake p99 {med('bare_wake_p99_ms'):.3f} ms, schedule error p50 "
           f"{med('sched_p50_ms'):.3f} ms, max {med('sched_max_ms'):.3f} ms, latency p99 "
           f"{med('lat_p99_ms'):.3f} ms, client CPU {med('client_cpu') * 100:.0f}%, "

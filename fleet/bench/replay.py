@@ -204,7 +204,8 @@ def summarize(records, slo_ms=None, tolerance=RATE_TOLERANCE):
     """Metrics of the measured records and whether the run is valid.
 
     A record: {"intended", "sent" (None if never sent), "done", "ok", "error"}; times in seconds
-    on one monotonic clock.
+    on one monotonic clock. "conn_wait": due while every connection was busy, so its schedule
+    error is the server's backlog (`connection_waits` counts them; raise --max-connections).
     """
     rec = [r for r in records if r.get("measured", True)]
     n = len(rec)
@@ -220,6 +221,7 @@ def summarize(records, slo_ms=None, tolerance=RATE_TOLERANCE):
     out["schedule_error_ms_p50"] = quantile(sched, 0.5)
     out["schedule_error_ms_p99"] = quantile(sched, 0.99)
     out["schedule_error_ms_max"] = sched[-1] if sched else None
+    out["connection_waits"] = sum(1 for r in rec if r.get("conn_wait"))
     valid, why = True, None
     if n < 2:
         valid, why = False, "fewer than 2 measured requests"
@@ -479,6 +481,7 @@ def run_http(requests, plan, endpoint, timeout=30.0, max_connections=256, lead=0
 
     def send_due():
         now, k = clock(), state["k"]
+        first = k
         while k < total and start + plan[k][0] <= now:
             due, i, measured = plan[k]
             records[i] = {"index": i, "intended": start + due, "sent": None, "done": None,
@@ -501,6 +504,10 @@ def run_http(requests, plan, endpoint, timeout=30.0, max_connections=256, lead=0
             conns.add(c)
             sel.register(c.sock, selectors.EVENT_WRITE, c)
             start_on(c, i)
+        for n, i in enumerate(reversed(pending)):  # due now, every connection busy
+            if n >= k - first:
+                break
+            records[i]["conn_wait"] = True
 
     def next_expiry():
         while expiry and records[expiry[0][1]]["done"] is not None:

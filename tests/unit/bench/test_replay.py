@@ -158,6 +158,9 @@ def test_timeouts_fire_on_time_in_flight_and_waiting_for_a_connection(server: st
         "timeout after 0.3s waiting for a connection"] * 2
     assert all(0.3 <= r["done"] - r["intended"] < 0.45 for r in recs), recs
     assert recs[0]["sent"] is not None and recs[1]["sent"] is None
+    # the two due while the one connection was busy are counted as such
+    assert [bool(r.get("conn_wait")) for r in recs] == [False, True, True]
+    assert replay.summarize(recs)["metrics"]["connection_waits"] == 2
     # the replay's quiet settings (no GC pauses, 1 ns timer slack) end with it
     assert gc.isenabled() == gc_enabled and _timer_slack_ns() == slack
 
