@@ -72,7 +72,8 @@ def demo(
         "drifted hosts, the report and the database.")] = False,
     lab: Annotated[bool, typer.Option(
         "--lab", help="Tell the story on the lab of real SSH hosts (root): a lab of 8 hosts "
-        "brought up in a run directory of its own and always torn down (a few minutes). "
+        "brought up in a run directory of its own and always torn down (a few minutes); its "
+        "l40s pool runs EL9 (dnf, rpm; needs rpmbuild and createrepo_c here, else all Debian). "
         "Exits 3 when another lab is up.")] = False,
 ) -> None:
     """Run the whole mission on a simulated fleet of 64 hosts, with the real engine.

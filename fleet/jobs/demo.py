@@ -408,7 +408,8 @@ class _Story:
                 f"Pool {', '.join(c.el9_pools)} runs EL9 (Rocky Linux 9 hosts, real dnf and rpm): "
                 "there fleet enables the release's nvidia-driver module stream (dnf module "
                 "reset/enable), installs the exact versions, versionlocks them and keeps "
-                "dnf-automatic off them (excludepkgs in /etc/dnf/automatic.conf); the other "
+                "dnf-automatic off them (an exclude line under [base] of "
+                "/etc/dnf/automatic.conf); the other "
                 "pools run Debian (apt pins, holds, an unattended-upgrades blacklist).")
         step.commands += [
             "fleet probe -i inventory.py                      # weekly, from cron",

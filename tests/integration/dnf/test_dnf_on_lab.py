@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from fleet.domain.pinning import DNF_AUTOMATIC_PATH, dnf_automatic_excluded
 from fleet.lab import lab
 from fleet.lab.paths import LabPaths
 from fleet.lab.sysutil import missing_tools
@@ -77,6 +79,11 @@ def locks(host: Host) -> set[str]:
     return set(host.sh("dnf -q versionlock list")[1].split())
 
 
+def automatic_excluded(host: Host) -> frozenset[str] | None:
+    """What fleet's guard in /etc/dnf/automatic.conf keeps dnf-automatic off (None: no guard)."""
+    return dnf_automatic_excluded(host.sh(f"cat {DNF_AUTOMATIC_PATH}")[1])
+
+
 def stream(host: Host) -> list[str]:
     """The enabled `nvidia-driver` module streams (NVIDIA-style modulemd in the lab's repo)."""
     rows = host.sh("dnf -q module list --enabled nvidia-driver", check=False)[1].splitlines()
@@ -125,6 +132,9 @@ def test_pin_reboots_locks_and_a_second_run_changes_nothing(el9) -> None:
                             "cudnn9-cuda-13-0:9.13.0.50-1.el9.*",
                             "libcudnn9-cuda-13-0:9.13.0.50-1.el9.*"}
         assert stream(h) == ["580-open"]
+        # dnf-automatic's guard names exactly the locked packages; the stock file's rest stays
+        assert automatic_excluded(h) == {re.sub(r"-\d+:.*$", "", lk) for lk in locks(h)}
+        assert "apply_updates = no" in h.sh(f"cat {DNF_AUTOMATIC_PATH}")[1]
     rc, doc = fleet(env, "apply", "-r", "r580-cuda13.0")
     assert rc == 0 and {h["outcome"] for h in doc["hosts"]} == {"unchanged"}, doc
 
@@ -140,9 +150,21 @@ def test_versionlock_holds_the_driver_against_a_manual_upgrade(el9) -> None:
     assert rpm_versions(h3)["nvidia-driver"] == f"3:{R580}"
     rc, _, err = h3.sh(f"dnf -y install nvidia-driver-{R595}", check=False)
     assert rc != 0 and rpm_versions(h3)["nvidia-driver"] == f"3:{R580}", err
-    rc, doc = fleet(env, "apply", "-r", "r580-cuda13.0", "-l", "h3")  # the stream drifted
+    # dnf-automatic (Debian's python3-dnf 4.14 ships its module) with every lock cleared: its
+    # own run without fleet's guard would take the newer driver; with it, applying updates
+    # leaves the driver alone
+    h3.sh("dnf -q versionlock clear")
+    auto = ("python3 -c 'import sys; from dnf.automatic.main import main; "
+            "sys.exit(main(sys.argv[1:]))' ")
+    control = h3.sh(f"sed '/^# Managed by fleet/,+1d' {DNF_AUTOMATIC_PATH} > /tmp/a0.conf && "
+                    f"{auto} /tmp/a0.conf")[1]
+    assert "nvidia-driver" in control and R595 in control, control
+    h3.sh(f"sed 's/^apply_updates = no/apply_updates = yes/' {DNF_AUTOMATIC_PATH} > /tmp/a1.conf "
+          f"&& {auto} /tmp/a1.conf")
+    assert rpm_versions(h3)["nvidia-driver"] == f"3:{R580}"
+    rc, doc = fleet(env, "apply", "-r", "r580-cuda13.0", "-l", "h3")  # stream and locks drifted
     assert rc == 0 and (one(doc)["outcome"], one(doc)["rebooted"]) == ("changed", False), doc
-    assert stream(h3) == ["580-open"]
+    assert stream(h3) == ["580-open"] and f"nvidia-driver-3:{R580}-1.el9.*" in locks(h3)
 
 
 def test_upgrade_reboots_into_the_new_driver_and_rollback_returns(el9) -> None:
@@ -157,6 +179,7 @@ def test_upgrade_reboots_into_the_new_driver_and_rollback_returns(el9) -> None:
     have = rpm_versions(h2)
     assert have["nvidia-driver"] == f"3:{R595}" and have["cuda-toolkit-13-2"] == "0:13.2.1"
     assert f"nvidia-driver-3:{R595}-1.el9.*" in locks(h2) and stream(h2) == ["595-open"]
+    assert {"nvidia-driver", "cuda-toolkit-13-2"} <= (automatic_excluded(h2) or set())
     # DCGM 3 -> 4 changes names; the old release's toolkit and DCGM go, locks and all (14.4)
     assert have["datacenter-gpu-manager-4-core"] == "1:4.4.1"
     assert not {"cuda-toolkit-13-0", "datacenter-gpu-manager"} & set(have)
@@ -177,6 +200,9 @@ def test_upgrade_reboots_into_the_new_driver_and_rollback_returns(el9) -> None:
                 "datacenter-gpu-manager-4-cuda13"} & set(have), have
     assert not any(lk.startswith(("cuda-toolkit-13-2-", "datacenter-gpu-manager-4-"))
                    for lk in locks(h2)), locks(h2)
+    excluded = automatic_excluded(h2) or set()  # the guard rewritten with the locks
+    assert {"nvidia-driver", "datacenter-gpu-manager"} <= excluded
+    assert not {"cuda-toolkit-13-2", "datacenter-gpu-manager-4-core"} & excluded, excluded
 
 
 def test_failed_transaction_leaves_the_old_release_locked(el9) -> None:
