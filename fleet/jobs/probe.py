@@ -75,15 +75,15 @@ def probe_inventory(
     """Probe the inventory's hosts, over SSH or (`via="slurm"`) with one srun on the hosts
     that are nodes of `partition`; from the facts on, both take the same path.
 
-    `matrix` and `history` may be callables (`fleet probe` passes them so): over SSH the
-    matrix is loaded and the history layer imported in a thread while the hosts connect; the
-    history is opened after that and before the probe is sent (the probe carries each host's
-    kernel-log cursor from it), and the checks are made ready in a thread while the hosts run
-    the probe. An error in the matrix or the history stops the run before anything runs on a
-    host. `history_file` (the `--db` value, with `history` a callable opening it): when it is a
-    SQLite file at the schema head, the cursors are read from it with the stdlib at once
-    (`fleet.history_lite`) and the history is only imported and opened while the hosts run the
-    probe.
+    `matrix` and `history` may be callables (`fleet probe` passes them so): the matrix is
+    loaded in a thread while the hosts connect, and then, in the same thread, the history
+    layer, the check catalog and each host's expectations are made ready while the probe
+    connects and runs; the history is opened before the probe is sent (the probe carries each
+    host's kernel-log cursor from it). An error in the matrix or the history stops the run
+    before anything runs on a host. `history_file` (the `--db` value, with `history` a
+    callable opening it): when it is a SQLite file at the schema head, the cursors are read
+    from it with the stdlib at once (`fleet.history_lite`), and the history is only opened
+    after the probe.
     """
     from fleet.remote.backend import SshBackend
     from fleet.remote.session import in_background
@@ -105,36 +105,34 @@ def probe_inventory(
 
         quick = sqlite_cursors(history_file, names)
     ready: dict[str, Any] = {}
-    judging: list[Any] = []
 
-    def prepare() -> None:  # while the hosts connect
-        if quick is None:
-            import fleet.history  # noqa: F401  (SQLAlchemy and the models: the most of it)
-            import fleet.jobs.record  # noqa: F401
+    def load_matrix() -> None:  # in a thread while the hosts connect
         ready["matrix"] = matrix() if callable(matrix) else matrix
 
-    def cursors() -> dict[str, str | None]:  # then, before the probe is sent
-        if quick is not None:
-            out = quick
-        else:
-            from fleet.jobs.record import kernel_cursors
+    def prepare_checks() -> None:  # then in the same thread while the hosts run the probe
+        import importlib
 
-            ready["history"] = history() if callable(history) else history
-            out = kernel_cursors(ready["history"], names)
-        judging.append(in_background(prepare_checks))
-        return out
-
-    def prepare_checks() -> None:  # while the hosts run the probe
-        import fleet.domain.checks  # noqa: F401
-        import fleet.history  # noqa: F401
-        import fleet.jobs.record  # noqa: F401
+        # the history first: without `quick` the cursors need it
+        for module in ("fleet.history", "fleet.jobs.record", "fleet.domain.checks"):
+            importlib.import_module(module)
 
         ready["refs"] = refs = backend.hosts()
-        ready["expect"] = _expectations(refs, ready["matrix"])
+        ready["expect"] = _expectations(refs, ready.get("matrix"))
 
-    answers = backend.probe(names, since=cursors, frameworks=frameworks, meanwhile=prepare)
-    for job in judging:
-        job.get()
+    loaded = in_background(load_matrix)
+    checks_ready = in_background(prepare_checks)
+
+    def cursors() -> dict[str, str | None]:  # once connected, before the probe is sent
+        loaded.get()  # a bad matrix stops the run here
+        if quick is not None:
+            return quick
+        from fleet.jobs.record import kernel_cursors
+
+        ready["history"] = history() if callable(history) else history
+        return kernel_cursors(ready["history"], names)
+
+    answers = backend.probe(names, since=cursors, frameworks=frameworks)
+    checks_ready.get()
     if "history" not in ready:
         ready["history"] = history() if callable(history) else history
     return _judge_and_record(ready["refs"], answers, ready["expect"], ready["history"],

@@ -71,7 +71,7 @@ class SshBackend:
             ))
         return refs
 
-    def _connect(self, names: Sequence[str], meanwhile: Callable[[], Any] | None = None) -> Any:
+    def _connect(self, names: Sequence[str]) -> Any:
         """A fresh inventory per run: pyinfra keeps each host's operation order on the Host
         object, so a second State over the same Host objects fails (KeyError in run_ops). The
         first run takes the one loaded in `__init__` (reading it again cost `fleet probe`
@@ -84,7 +84,7 @@ class SshBackend:
         else:
             inventory = load_inventory(self.inventory_path)
         return connected(inventory, [inventory.get_host(n) for n in names],
-                         connect_timeout=self.connect_timeout, meanwhile=meanwhile)
+                         connect_timeout=self.connect_timeout)
 
     @staticmethod
     def _unreachable(conn: Connected) -> dict[str, HostResult[Any]]:
@@ -93,19 +93,18 @@ class SshBackend:
         return {n: HostResult.unreachable(n, e) for n, e in conn.unreachable.items()}
 
     def probe(self, hosts: Sequence[str], *,
-              since: Cursors | Callable[[], Cursors] | None = None, frameworks: bool = False,
-              meanwhile: Callable[[], Any] | None = None) -> dict[str, HostResult[HostFacts]]:
-        """Host facts. `meanwhile` runs in a thread while the hosts connect (see
-        `session.connected`); `since` may be a callable, called after it and before the probe
-        is sent (the cursors come from a history opened meanwhile). Either raising stops the
-        probe before anything runs on a host."""
+              since: Cursors | Callable[[], Cursors] | None = None,
+              frameworks: bool = False) -> dict[str, HostResult[HostFacts]]:
+        """Host facts. `since` may be a callable: it is called once the hosts are connected,
+        before the probe is sent (`fleet probe` reads the cursors, and waits for its matrix,
+        while the hosts connect); what it raises stops the probe before anything runs."""
         from pydantic import ValidationError
 
         from fleet.domain.facts import HostFacts
         from fleet.domain.ports import HostResult
         from fleet.remote.probe_fact import HostProbe
 
-        with self._connect(hosts, meanwhile) as conn:
+        with self._connect(hosts) as conn:
             cursors = (since() if callable(since) else since) or {}
             out: dict[str, HostResult[HostFacts]] = self._unreachable(conn)
             raw = gather(conn, HostProbe, kwargs_for=lambda h: {

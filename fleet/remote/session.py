@@ -106,8 +106,6 @@ class Connected:
     state: Any
     hosts: list[Any]
     unreachable: dict[str, str]
-    prepared: Any = None
-    """What `connected(meanwhile=...)` returned."""
 
     @property
     def active(self) -> list[Any]:
@@ -116,15 +114,8 @@ class Connected:
 
 @contextmanager
 def connected(inventory: Any, hosts: Iterable[Any], *, parallel: int = 0,
-              connect_timeout: int = 10,
-              meanwhile: Callable[[], Any] | None = None) -> Iterator[Connected]:
-    """Connect to `hosts` in parallel; yield the state with the unreachable ones listed.
-
-    `meanwhile` runs in a native thread (gevent's thread pool) while the hosts connect, its
-    result in `Connected.prepared`: connecting mostly waits on the network and the hosts' sshd,
-    so CPU work the caller needs afterwards (imports, reading a file) costs no wall time there.
-    Whatever it raises is raised here once the connections are closed again.
-    """
+              connect_timeout: int = 10) -> Iterator[Connected]:
+    """Connect to `hosts` in parallel; yield the state with the unreachable ones listed."""
     from pyinfra.api.config import Config
     from pyinfra.api.connect import connect_all, disconnect_all
     from pyinfra.api.exceptions import PyinfraError
@@ -139,18 +130,14 @@ def connected(inventory: Any, hosts: Iterable[Any], *, parallel: int = 0,
     log.addHandler(collector)
     log.propagate = False
     try:
-        pending = in_background(meanwhile) if meanwhile is not None else None
         state.set_stage(StateStage.Connect)
-        try:
-            with suppress(PyinfraError):  # "No hosts remaining!" when every host failed
-                connect_all(state)
-        finally:
-            prepared = pending.get() if pending is not None else None  # raises what it raised
+        with suppress(PyinfraError):  # "No hosts remaining!" when every host failed
+            connect_all(state)
         unreachable = {
             h.name: _reason(h.name, collector.messages) for h in chosen if not h.connected
         }
         state.set_stage(StateStage.Prepare)
-        yield Connected(state, chosen, unreachable, prepared)
+        yield Connected(state, chosen, unreachable)
     finally:
         log.removeHandler(collector)
         with suppress(Exception):  # never let teardown hide the real outcome
@@ -158,18 +145,27 @@ def connected(inventory: Any, hosts: Iterable[Any], *, parallel: int = 0,
         _close_clients(chosen)
 
 
+_background: Any = None  # one native worker thread per hub: tasks run in the order given
+
+
 def in_background(fn: Callable[[], Any]) -> Any:
-    """Start `fn` in a native thread (gevent's thread pool), for CPU work while greenlets wait
-    on hosts; `.get()` on the result waits cooperatively (the hub keeps serving the
+    """Run `fn` in a native thread, for CPU work (imports, loading files) while greenlets wait
+    on hosts: connecting and running a command mostly wait on the network and on the hosts.
+    Tasks run one after another in the order given (a later one may use an earlier one's
+    result). `.get()` on the result waits cooperatively (the hub keeps serving the
     connections) and returns its value or raises its exception. Without gevent's patching
-    there is no hub to keep serving: `fn` then simply runs first."""
+    there is no hub to keep serving: `fn` then simply runs at once."""
+    global _background
     from gevent import monkey
 
     if not monkey.is_module_patched("socket"):
         return _Done(fn)
     import gevent
+    from gevent.threadpool import ThreadPool
 
-    return gevent.get_hub().threadpool.spawn(fn)
+    if _background is None or _background.hub is not gevent.get_hub():
+        _background = ThreadPool(1)
+    return _background.spawn(fn)
 
 
 class _Done:

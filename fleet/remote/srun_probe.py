@@ -454,15 +454,12 @@ class SrunBackend(SshBackend):
 
     def probe(self, hosts: Sequence[str], *,
               since: Mapping[str, str | None] | Callable[[], Mapping[str, str | None]] | None
-              = None, frameworks: bool = False,
-              meanwhile: Callable[[], Any] | None = None) -> dict[str, HostResult[HostFacts]]:
-        """As `SshBackend.probe`; nothing connects ahead here, so `meanwhile` simply runs
-        first."""
+              = None, frameworks: bool = False) -> dict[str, HostResult[HostFacts]]:
+        """As `SshBackend.probe` (nothing connects ahead here: a callable `since` is called
+        first)."""
         unknown = [h for h in hosts if h not in self._node]
         if unknown:
             raise KeyError(f"not in the inventory: {', '.join(unknown)}")
-        if meanwhile is not None:
-            meanwhile()
         if callable(since):
             since = since()
         nodes = [self._node[h] for h in hosts]

@@ -124,3 +124,29 @@ def test_a_bad_matrix_stops_before_the_probe_is_sent(tmp_path: Path,
                         frameworks=False, matrix=matrix, history_file=str(tmp_path / "h.db"))
     assert sent == []
     assert not (tmp_path / "h.db").exists()
+
+
+def test_fleet_probe_cli_records_twice_and_refuses_a_bad_matrix(tmp_path: Path) -> None:
+    """The real command (gevent patched, matrix and checks loaded in its background thread):
+    the second run takes the stdlib cursor path; a bad matrix exits 2 and creates no history."""
+    import json
+
+    from tests.conftest import run_fleet
+
+    inv = write_inventory(tmp_path, local_probe_lines())
+    db = tmp_path / "h.db"
+    for _ in range(2):
+        done = run_fleet("--db", str(db), "probe", "-i", str(inv), "--limit", "h100",
+                         "-m", "matrices/example.yaml", "--no-frameworks", "--json")
+        assert done.returncode in (0, 1), done.stderr
+        assert sorted(h["host"] for h in json.loads(done.stdout)["hosts"]) == [
+            "@fake/gpu-01", "@fake/gpu-02"]
+    with open_history(str(db)) as h:
+        assert [e.kind for e in list_events(h)] == ["probe", "probe"]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("releases: [\n")
+    done = run_fleet("--db", str(tmp_path / "new.db"), "probe", "-i", str(inv), "--limit",
+                     "h100", "-m", str(bad), "--no-frameworks", "--json")
+    assert done.returncode == 2, done.stderr
+    assert "bad.yaml" in done.stdout + done.stderr
+    assert not (tmp_path / "new.db").exists()
