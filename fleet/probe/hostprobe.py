@@ -787,7 +787,8 @@ def parse_dpkg_residual(text):
 
 def parse_rpm(text, locks=""):
     items = []
-    locked = [ln.strip() for ln in locks.splitlines() if ln.strip() and not ln.startswith("#")]
+    lock_names = {parse_lock_entry(ln.strip())[0] for ln in locks.splitlines()
+                  if ln.strip() and not ln.strip().startswith(("#", "!"))}
     for raw in text.splitlines():
         parts = raw.split("\t")
         if len(parts) < 2 or not PACKAGE_RX.match(parts[0]):
@@ -795,9 +796,23 @@ def parse_rpm(text, locks=""):
         name, ver = parts[0], parts[1]
         if ver.startswith("0:"):
             ver = ver[2:]
-        held = any(re.sub(r"^\d+:", "", lk).startswith(name + "-") for lk in locked)
-        items.append({"name": name, "version": ver, "held": held})
+        items.append({"name": name, "version": ver, "held": name in lock_names})
     return items
+
+
+def parse_lock_entry(entry):
+    """(name, version) of a versionlock entry, `name-[epoch:]version-release.*` (a name may
+    hold dashes and digits: `cuda-toolkit-12-8-0:12.8.1-1.*` is cuda-toolkit-12-8's)."""
+    if re.match(r"^\d+:\D", entry):  # yum's `epoch:name-version-release.*`
+        entry = entry.split(":", 1)[1]
+    if ":" in entry:
+        head, rest = entry.split(":", 1)
+        name, epoch = head.rsplit("-", 1)
+        version = epoch + ":" + rest
+    else:
+        parts = entry.rsplit("-", 2)
+        name, version = parts[0], "-".join(parts[1:])
+    return name, version[:-2] if version.endswith(".*") else version
 
 
 def parse_rpm_stale_locks(items, locks):
@@ -809,14 +824,7 @@ def parse_rpm_stale_locks(items, locks):
         entry = ln.strip()
         if not entry or entry.startswith(("#", "!")):
             continue
-        if ":" in entry:
-            head, rest = entry.split(":", 1)
-            name, epoch = head.rsplit("-", 1)
-            version = epoch + ":" + rest
-        else:
-            parts = entry.rsplit("-", 2)
-            name, version = parts[0], "-".join(parts[1:])
-        version = version[:-2] if version.endswith(".*") else version
+        name, version = parse_lock_entry(entry)
         if PACKAGE_RX.match(name) and name not in installed:
             out.append({"name": name, "version": version, "held": True})
     return out

@@ -243,3 +243,21 @@ def test_package_managers_from_os_release() -> None:
     assert hostprobe.package_managers('ID="almalinux"\nID_LIKE="rhel centos fedora"\n')[0] == "rpm"
     assert hostprobe.package_managers(UBUNTU) == ["dpkg", "rpm"]
     assert hostprobe.package_managers("") == ["dpkg", "rpm"]  # unknown: dpkg, then rpm
+
+
+def test_a_lock_on_a_longer_name_does_not_hold_its_prefix() -> None:
+    """dnf versionlock entries are `name-[epoch:]version-release.*`: the lock of
+    nvidia-container-toolkit-base, datacenter-gpu-manager-4-core or cuda-toolkit-12-8 holds
+    that package only, not nvidia-container-toolkit, datacenter-gpu-manager or cuda-toolkit-12."""
+    rpm = ("nvidia-container-toolkit\t0:1.17.8-1\nnvidia-container-toolkit-base\t0:1.18.0-1\n"
+           "datacenter-gpu-manager\t1:3.3.6-1\ncuda-toolkit-12\t0:12.8.1-1\n")
+    locks = ("nvidia-container-toolkit-base-0:1.18.0-1.*\n"
+             "datacenter-gpu-manager-4-core-1:4.4.1-1.*\n"
+             "cuda-toolkit-12-8-0:12.8.1-1.*\n")
+    held = {p["name"]: p["held"] for p in hostprobe.parse_rpm(rpm, locks)}
+    assert held == {"nvidia-container-toolkit": False, "nvidia-container-toolkit-base": True,
+                    "datacenter-gpu-manager": False, "cuda-toolkit-12": False}
+    assert hostprobe.parse_lock_entry("cuda-toolkit-12-8-0:12.8.1-1.*") == \
+        ("cuda-toolkit-12-8", "0:12.8.1-1")
+    assert hostprobe.parse_lock_entry("3:nvidia-driver-550.54.15-1.el9.*") == \
+        ("nvidia-driver", "550.54.15-1.el9")
