@@ -26,9 +26,11 @@ def test_rpm_plan_uses_rhel_names_epochs_and_the_driver_payload() -> None:
     assert "580.95.05 > /var/lib/gpusim/module.pending" in driver.scripts["post"]
     assert "fail-install" in driver.scripts["pre"] and '"$1" = 0' in driver.scripts["postun"]
     dcgm = by[("datacenter-gpu-manager-4-core", "4.4.1")]  # DCGM 4's own name
-    assert dcgm.evr == "1:4.4.1-1.el9"
+    assert dcgm.evr == "1:4.4.1-1.el9" and dcgm.releases == ["r595-cuda13.2"]
     assert by[("datacenter-gpu-manager-4-cuda13", "4.4.1")].evr == "1:4.4.1-1.el9"
-    assert dcgm.releases == ["r580-cuda13.0", "r595-cuda13.2"]  # shared: built once
+    assert by[("datacenter-gpu-manager", "3.3.9")].evr == "1:3.3.9-1.el9"  # DCGM 3, epoch 1
+    cudnn = by[("cudnn9-cuda-13", "9.13.0.50")]
+    assert cudnn.releases == ["r580-cuda13.0", "r595-cuda13.2"]  # shared: built once
     assert by[("cuda-toolkit-13-0", "13.0.2")].evr == "0:13.0.2-1.el9"
     spec = driver.spec(Path("/tmp/tree"))
     assert "Epoch: 3\n" in spec and "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1" in spec
