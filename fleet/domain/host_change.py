@@ -19,11 +19,18 @@ the new one.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from fleet.domain.pinning import REBOOT_COMPONENTS, Change, OsFamily, PinPlan, WantedPackage
+from fleet.domain.pinning import (
+    REBOOT_COMPONENTS,
+    Change,
+    OsFamily,
+    PinPlan,
+    WantedPackage,
+    other_releases,
+)
 
 HoldAction = Literal["hold", "unhold", "relock"]
 FileAction = Literal["create", "replace"]
@@ -111,8 +118,10 @@ class HostChange:
 
 
 def hold_changes(os_family: OsFamily, wanted: Sequence[WantedPackage],
-                 changes: Sequence[Change], held: frozenset[str] | set[str]) -> list[HoldChange]:
-    """How the held (version-locked) packages change when the plan runs, by package name."""
+                 changes: Sequence[Change], held: frozenset[str] | set[str],
+                 installed: Mapping[str, str] | None = None) -> list[HoldChange]:
+    """How the held (version-locked) packages change when the plan runs, by package name
+    (with `installed`: the holds of other releases' packages no longer installed go too)."""
     tool = hold_tool(os_family)
     moving = {c.package for c in changes}
     wanted_names = {w.name for w in wanted}
@@ -125,6 +134,9 @@ def hold_changes(os_family: OsFamily, wanted: Sequence[WantedPackage],
     for c in sorted(changes, key=lambda c: c.package):
         if c.package in held and c.package not in wanted_names:
             out.append(HoldChange(c.package, "unhold", tool, None))
+    if installed is not None:
+        for name in sorted(other_releases(set(held) - set(installed), wanted, os_family)):
+            out.append(HoldChange(name, "unhold", tool, None))
     return out
 
 
@@ -155,5 +167,6 @@ def host_change(plan: PinPlan, wanted: Sequence[WantedPackage]) -> HostChange:
     other = tuple(s.description for s in plan.steps
                   if s.path is None and not (s.command or "").startswith(_SAID))
     return HostChange(plan.os_family, plan.changes,
-                      tuple(hold_changes(plan.os_family, wanted, plan.changes, plan.held)),
+                      tuple(hold_changes(plan.os_family, wanted, plan.changes, plan.held,
+                                         plan.installed)),
                       files, plan.reboot_required, reboot_reason(plan, wanted), other)

@@ -232,7 +232,6 @@ def dnf_guard_command(wanted: Sequence[WantedPackage], path: str = DNF_AUTOMATIC
 def _changes(wanted: Sequence[WantedPackage], installed: Mapping[str, str],
              os_family: OsFamily = "debian") -> list[Change]:
     changes: list[Change] = []
-    wanted_names = {w.name for w in wanted}
     for w in wanted:
         have = installed.get(w.name)
         before = upstream_of(have) if have is not None else None
@@ -244,22 +243,53 @@ def _changes(wanted: Sequence[WantedPackage], installed: Mapping[str, str],
             c = compare_upstream(w.version, before)
             kind = "upgrade" if c > 0 else "downgrade" if c < 0 else "reinstall"
         changes.append(Change(w.component, w.name, before, w.version, kind))
+    for name, component in sorted(other_releases(installed, wanted, os_family).items()):
+        changes.append(Change(component, name, upstream_of(installed[name]), None, "remove"))
+    return changes
+
+
+def other_releases(names: Iterable[str], wanted: Sequence[WantedPackage],
+                   os_family: OsFamily = "debian") -> dict[str, str]:
+    """Which of `names` belong to another release than `wanted` (name -> component): another
+    driver branch, toolkit, cuDNN variant or DCGM generation, by NVIDIA's naming."""
+    names = set(names)
+    wanted_names = {w.name for w in wanted}
     removed: set[str] = set()
     for component, family in EXCLUSIVE_FAMILIES.items():
         if any(w.component == component for w in wanted):
-            removed |= {n for n in installed if family.match(n) and n not in wanted_names}
+            removed |= {n for n in names if family.match(n) and n not in wanted_names}
     branches = {w.version.split(".", 1)[0] for w in wanted if w.component == "driver"}
-    for name in installed:
+    for name in names:
         m = BRANCHED_PACKAGE.match(name)
         if branches and m and m.group(1) not in branches and name not in wanted_names:
             removed.add(name)
-    others = _truth().extraneous(installed, [(w.name, w.component) for w in wanted], os_family)
+    others = _truth().extraneous(names, [(w.name, w.component) for w in wanted], os_family)
     removed |= set(others)
-    for name in sorted(removed):
-        component = others.get(name) or (
-            "fabric_manager" if "fabricmanager" in name else "driver")
-        changes.append(Change(component, name, upstream_of(installed[name]), None, "remove"))
-    return changes
+    return {name: others.get(name) or ("fabric_manager" if "fabricmanager" in name else "driver")
+            for name in removed}
+
+
+def _leftovers(wanted: Sequence[WantedPackage], installed: Mapping[str, str], held: set[str],
+               residual: Iterable[str], os_family: OsFamily) -> list[Step]:
+    """What removed packages of other releases left behind, which no install transaction sees:
+    holds or version locks on packages no longer installed, and (apt) configuration files of
+    packages removed without purging (dpkg's `rc`). A host that went through driver upgrades
+    by hand has them; the checks flag them (packages.other_release), so the pin clears them."""
+    q = shlex.quote
+    dangling = sorted(other_releases(held - set(installed), wanted, os_family))
+    steps: list[Step] = []
+    if os_family == "debian":
+        if dangling:
+            steps.append(Step("release holds of other releases' packages no longer installed",
+                              "apt-mark unhold " + " ".join(map(q, dangling))))
+        rc = sorted(other_releases(set(residual) - set(installed), wanted, os_family))
+        if rc:
+            steps.append(Step("purge configuration other releases' removed packages left (rc)",
+                              "dpkg --purge " + " ".join(map(q, rc))))
+    elif dangling:
+        steps.append(Step("delete version locks of other releases' packages no longer installed",
+                          "dnf versionlock delete " + " ".join(map(q, dangling))))
+    return steps
 
 
 def plan_pin(
@@ -272,6 +302,7 @@ def plan_pin(
     *,
     module_stream: str | None = None,
     enabled_stream: str | None = None,
+    residual: Iterable[str] = (),
 ) -> PinPlan:
     """Steps that make the host hold exactly `wanted`; none when it already does.
 
@@ -281,6 +312,7 @@ def plan_pin(
     host whose packages are right but still runs another module owes a reboot (a pin that
     crashed before its reboot, say). On RHEL, `module_stream` is the release's `nvidia-driver`
     stream ("580-open") and `enabled_stream` the one enabled on the host (None: none).
+    `residual` names NVIDIA packages removed with their configuration left (dpkg `rc`).
     """
     _check(wanted)
     held = set(held)
@@ -296,6 +328,7 @@ def plan_pin(
                 Step(f"enable the release's stream {module_stream}",
                      "dnf -y module enable " + shlex.quote(f"nvidia-driver:{module_stream}")),
             ]
+    steps += _leftovers(wanted, installed, held, residual, os_family)
     reboot = any(c.component in REBOOT_COMPONENTS for c in changes)
     drivers = {w.version for w in wanted if w.component == "driver"}
     if loaded_module is not None and drivers and loaded_module not in drivers:

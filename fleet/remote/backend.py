@@ -139,11 +139,13 @@ class SshBackend:
                 out[name] = HostResult.failed(name, f"unsupported OS family: {fam!r}")
         if deb:
             installed = gather(conn, F.DebNvidiaPackages)
+            residual = gather(conn, F.DebResidualPackages)
             held = gather(conn, F.AptHeldPackages)
             files = gather(conn, F.FileContents, paths=[PREFERENCES_PATH, UNATTENDED_PATH])
             for name in deb:
                 out[name] = self._plan_one(name, "debian", release, installed[name], held[name],
-                                           files[name], modules.get(name))
+                                           files[name], modules.get(name),
+                                           residual=residual.get(name))
         if rhel:
             installed = gather(conn, F.RpmNvidiaPackages)
             locks = gather(conn, F.DnfVersionLocks)
@@ -155,18 +157,20 @@ class SshBackend:
 
     @staticmethod
     def _plan_one(name: str, family: Any, release: Release, installed: Any, held: Any,
-                  files: Any, module: Any = None, streams: Any = None) -> HostResult[PinPlan]:
+                  files: Any, module: Any = None, streams: Any = None,
+                  residual: Any = None) -> HostResult[PinPlan]:
         from fleet.domain.pinning import plan_pin
         from fleet.domain.ports import HostResult
         from fleet.remote import facts as F
 
-        for value in (installed, held, files, streams):
+        for value in (installed, held, files, streams, residual):
             if isinstance(value, Exception):
                 return HostResult.failed(name, f"could not read packages: {value}")
         wanted = release.packages(family)
         loaded = module if isinstance(module, str) else None
         args = F.stream_args(release.driver_module_stream(), streams) if streams else {}
-        return HostResult(name, plan_pin(family, wanted, installed, held, files, loaded, **args))
+        return HostResult(name, plan_pin(family, wanted, installed, held, files, loaded,
+                                         residual=residual or (), **args))
 
     def plan(self, hosts: Sequence[str], release: Release) -> dict[str, HostResult[PinPlan]]:
         with self._connect(hosts) as conn:

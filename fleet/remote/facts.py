@@ -76,6 +76,23 @@ class DebNvidiaPackages(FactBase[dict[str, str]]):
         return parse_dpkg_installed(output)
 
 
+def parse_dpkg_residual(lines: Iterable[str]) -> set[str]:
+    """Names of packages removed with their configuration left (`rc`): invisible to apt."""
+    out: set[str] = set()
+    for line in lines:
+        parts = line.rstrip("\n").split("\t")
+        if len(parts) >= 3 and parts[2][:2] == "rc":
+            out.add(parts[0])
+    return out
+
+
+class DebResidualPackages(DebNvidiaPackages):
+    """NVIDIA/CUDA packages in dpkg's `rc` state (the same query, the other rows)."""
+
+    def process(self, output: list[str]) -> dict[str, str]:
+        return dict.fromkeys(parse_dpkg_residual(output), "")
+
+
 def parse_names(lines: Iterable[str]) -> set[str]:
     return {line.strip() for line in lines if line.strip()}
 

@@ -15,6 +15,7 @@ from fleet.domain.pinning import PREFERENCES_PATH, UNATTENDED_PATH, PinPlan, pla
 from fleet.remote.facts import (
     AptHeldPackages,
     DebNvidiaPackages,
+    DebResidualPackages,
     DnfDriverStreams,
     DnfVersionLocks,
     FileContents,
@@ -42,13 +43,16 @@ def current_plan(packages: Sequence[tuple[str, str, str]], stream: str | None = 
         installed = host.get_fact(DebNvidiaPackages)
         held = host.get_fact(AptHeldPackages)
         contents = host.get_fact(FileContents, paths=[PREFERENCES_PATH, UNATTENDED_PATH])
-        return plan_pin("debian", wanted, installed, held, contents, module)
+        residual = host.get_fact(DebResidualPackages)
+        return plan_pin("debian", wanted, installed, held, contents, module, residual=residual)
     if family == "rhel":
         installed_rpm: dict[str, str] = host.get_fact(RpmNvidiaPackages)
         locks: set[str] = host.get_fact(DnfVersionLocks)
         streams: dict[str, bool] = host.get_fact(DnfDriverStreams)
+        args = stream_args(stream, streams)
         return plan_pin("rhel", wanted, installed_rpm, locks, {}, module,
-                        **stream_args(stream, streams))
+                        module_stream=args["module_stream"],
+                        enabled_stream=args["enabled_stream"])
     raise ValueError(f"unsupported OS family on {host.name}: {family!r}")
 
 

@@ -145,4 +145,4 @@ def test_apply_dry_after_drift_by_hand_lists_the_hold_and_the_pin_file(
     assert host_state(host) == before and node_state(slurm_env) == node
     # put the host back as the lab's other tests expect it
     rc, doc, err = fleet(env, "apply", "-r", current, "-l", HOST)
-    assert rc == 0 and driver.name in host.sh("apt-mark showhold")[1].split(), err
+    assert rc == 0 and driver.name in host.sh("apt-mark showhold")[1].split(), (doc, err)

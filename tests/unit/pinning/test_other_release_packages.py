@@ -107,3 +107,53 @@ def test_el_versionlock_left_for_a_package_no_longer_installed() -> None:
     assert lo.name == "cuda-toolkit-13-2" and lo.residual
     assert lo.describe("rhel") == "cuda-toolkit-13-2 not installed, its versionlock left"
     assert lo.fix("rhel") == "dnf versionlock delete cuda-toolkit-13-2"
+
+
+# --- the pin clears what it can now see: rc entries and holds of packages no longer installed
+def _r570_installed() -> dict[str, str]:
+    return {p.name: p.version + "-1" for p in R570.packages("debian")}
+
+
+def test_the_apt_pin_purges_other_releases_rc_entries_and_releases_their_dangling_holds() -> None:
+    from fleet.domain.host_change import host_change
+    from fleet.domain.pinning import plan_pin
+    from fleet.remote.facts import parse_dpkg_residual as residual_names
+
+    wanted = R570.packages("debian")
+    installed = _r570_installed()
+    held = {p.name for p in wanted} | {"cudnn9-cuda-13", "bash"}  # bash: a site's own hold
+    residual = residual_names([
+        "nvidia-driver-580-open\t580.95.05-1\trc", "bash\t5.2\trc",
+        f"{wanted[0].name}\t{wanted[0].version}-1\trc"])  # the release's own: not another's
+    plan = plan_pin("debian", wanted, installed, held, {}, residual=residual)
+    commands = [s.command for s in plan.steps if s.command]
+    assert "apt-mark unhold cudnn9-cuda-13" in commands
+    assert "dpkg --purge nvidia-driver-580-open" in commands
+    assert not any("bash" in c for c in commands)
+    assert commands.index("apt-mark unhold cudnn9-cuda-13") < \
+        commands.index("dpkg --purge nvidia-driver-580-open")
+    assert plan.changed and not plan.reboot_required
+    change = host_change(plan, wanted)
+    assert [str(h) for h in change.holds if h.action == "unhold"] == [
+        next(str(h) for h in change.holds if h.package == "cudnn9-cuda-13")]
+    assert any("purge configuration" in line for line in change.lines())
+
+
+def test_a_host_without_leftovers_gets_no_leftover_steps() -> None:
+    from fleet.domain.pinning import plan_pin
+
+    wanted = R570.packages("debian")
+    plan = plan_pin("debian", wanted, _r570_installed(), {p.name for p in wanted}, {},
+                    residual=[])
+    assert not any("dpkg --purge" in (s.command or "") or "unhold" in (s.command or "")
+                   for s in plan.steps)
+
+
+def test_the_dnf_pin_deletes_version_locks_of_other_releases_packages_no_longer_installed() -> None:
+    from fleet.domain.pinning import plan_pin
+
+    wanted = R570.packages("rhel")
+    installed = {p.name: p.version for p in wanted}
+    locks = {p.name for p in wanted} | {"datacenter-gpu-manager"}  # DCGM 3: r570 has DCGM 4
+    plan = plan_pin("rhel", wanted, installed, locks, {})
+    assert "dnf versionlock delete datacenter-gpu-manager" in [s.command for s in plan.steps]
