@@ -10,8 +10,10 @@ floor no Python CLI can go under on this machine). Several `--fleet` (say, a wra
 an older checkout) are measured in the same rounds, each row labelled with its script's name.
 
 `fleet probe -i MISSING` is `fleet probe`'s start-up up to the point where it would connect:
-everything the command imports, the history opened (a fresh SQLite file in a temporary
-directory, migrated on the first run), then the inventory read, which fails (exit 2).
+what the command imports before it reads the inventory, which fails (exit 2). Since the probe
+connects first and loads the matrix, the history and the checks while hosts answer
+(fleet/jobs/probe.py), that is most of what stands between the command line and the first SSH
+handshake.
 """
 
 from __future__ import annotations
