@@ -126,6 +126,10 @@ def probe_inventory(
         loaded.get()  # a bad matrix stops the run here
         if quick is not None:
             return quick
+        # the history's modules are loading in the background thread: importing the same
+        # package from two threads at once can fail ("partially initialized module"
+        # sqlalchemy.engine, seen in CI), so this side waits until they are in
+        checks_ready.get()
         from fleet.jobs.record import kernel_cursors
 
         ready["history"] = history() if callable(history) else history
