@@ -17,7 +17,11 @@ class Saving:
     """The simulated fleet or its scheduler, saving the fleet's state after each call that
     changes it, so a later command (resume, promote, abort) finds the hosts as they were."""
 
-    MUTATING = frozenset({"apply", "reboot", "probe", "benchmark", "drain", "undrain"})
+    # the scheduler's too: a pool that reboots through Slurm reboots in `reboot_nodes`, and a
+    # kill before the next save lost that reboot (the resumed rollout's verify then found the
+    # old kernel module loaded and rolled healthy hosts back)
+    MUTATING = frozenset({"apply", "reboot", "probe", "benchmark", "drain", "undrain",
+                          "reboot_nodes", "stop_jobs", "set_drained", "start_job"})
 
     def __init__(self, target: Any, save: Any) -> None:
         self._target, self._save = target, save

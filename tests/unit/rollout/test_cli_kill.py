@@ -164,3 +164,26 @@ def test_sigkill_before_the_first_save_ignores_an_earlier_fleet(tmp_path: Path) 
     with open_history(str(db)) as h:
         steps = load_steps(h, rid)
     assert all(fleet.installed_release(s.host) == s.to_release for s in steps)
+
+
+def test_a_reboot_through_the_simulated_scheduler_is_saved_at_once(tmp_path: Path) -> None:
+    """The h100 pool reboots through Slurm: the simulated scheduler's `reboot_nodes` reboots
+    the hosts, and the state must be on disk before the engine records the reboot. When it was
+    saved only at the next backend call, a kill in between made the resumed rollout verify a
+    host whose new driver's module never loaded, and roll it back (seen in CI)."""
+    from fleet.cli.rollout.wiring import wiring
+
+    m = load_matrix(MATRIX, today=date.today()).matrix
+    path = tmp_path / "fleet.sim.json"
+    source = {"source": "sim", "sim_state": str(path)}
+    backend, sched, _ = wiring(m, source, create=True, build={"n": 8, "seed": 1})
+    fleet = backend._target
+    host = next(h for h in fleet.hosts() if h.pool == "h100").name
+    fleet.apply([host], m.release("r580-cuda13.0"))
+    sched.drain(host, sched.marker + " test")
+    saved_before = path.stat().st_mtime_ns
+    sched.reboot_nodes([host], "test", timeout_s=60)
+    assert path.stat().st_mtime_ns != saved_before
+    again = load_fleet(path, m)
+    assert again.installed_release(host) == "r580-cuda13.0"
+    assert again.loaded_release(host) == "r580-cuda13.0"
