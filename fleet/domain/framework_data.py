@@ -9,12 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 from typing import Any
 
-import yaml
-
-from fleet.domain.nvidia_data import Source, rows_without_source
+from fleet.domain.nvidia_data import Source, read_sourced_table
 
 
 @dataclass(frozen=True)
@@ -109,14 +106,7 @@ _FILES = ("onnxruntime.yaml", "tensorrt.yaml", "torch.yaml")
 
 def read_table(name: str) -> dict[str, Any]:
     """A shipped table, checked to have a `sources` block and a known source on every row."""
-    text = resources.files("fleet.data.frameworks").joinpath(name).read_text(encoding="utf-8")
-    doc = yaml.safe_load(text)
-    if not isinstance(doc, dict) or "sources" not in doc:
-        raise RuntimeError(f"shipped table {name} is damaged: no sources block")
-    missing = rows_without_source(doc)
-    if missing:
-        raise RuntimeError(f"shipped table {name}: rows without a source: {', '.join(missing)}")
-    return doc
+    return read_sourced_table("fleet.data.frameworks", name)
 
 
 def _row(row: dict[str, Any], *tuples: str) -> dict[str, Any]:

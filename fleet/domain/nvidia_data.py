@@ -249,8 +249,10 @@ def rows_without_source(doc: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def _read(name: str) -> dict[str, Any]:
-    text = resources.files("fleet.data.nvidia").joinpath(name).read_text(encoding="utf-8")
+def read_sourced_table(package: str, name: str) -> dict[str, Any]:
+    """A shipped table of `package`, checked to have a `sources` block and a known source on
+    every row (fleet.data.nvidia here, fleet.data.frameworks in framework_data)."""
+    text = resources.files(package).joinpath(name).read_text(encoding="utf-8")
     doc = yaml.safe_load(text)
     if not isinstance(doc, dict) or "sources" not in doc:
         raise RuntimeError(f"shipped table {name} is damaged: no sources block")
@@ -276,8 +278,8 @@ def _tuple(row: dict[str, Any], key: str) -> dict[str, Any]:
 @lru_cache(maxsize=1)
 def load() -> NvidiaData:
     """The shipped tables, parsed once per process."""
-    cuda = _read("cuda_driver.yaml")
-    br = _read("branches.yaml")
+    cuda = read_sourced_table("fleet.data.nvidia", "cuda_driver.yaml")
+    br = read_sourced_table("fleet.data.nvidia", "branches.yaml")
     return NvidiaData(
         toolkit=tuple(ToolkitRow(**_tuple(r, "unverified"))
                       for r in cuda["toolkit_minimum_driver"]),

@@ -23,7 +23,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -261,10 +261,11 @@ def plan_packages(
     return sorted(out.values(), key=lambda p: (p.component, p.name, p.version))
 
 
-def _write_tree(pkg: FakePackage, root: Path) -> None:
-    (root / "DEBIAN").mkdir(parents=True)
-    (root / "DEBIAN" / "control").write_text(pkg.control_text())
-    for rel, (data, mode) in pkg.files.items():
+def write_payload(root: Path, files: Mapping[str, tuple[str | bytes, int]],
+                  symlinks: Mapping[str, str]) -> None:
+    """A package's files (text or bytes, with their modes) and symlinks under `root`; the
+    .deb and the .rpm builders share it."""
+    for rel, (data, mode) in files.items():
         f = root / rel
         f.parent.mkdir(parents=True, exist_ok=True)
         if isinstance(data, str):
@@ -272,10 +273,16 @@ def _write_tree(pkg: FakePackage, root: Path) -> None:
         else:
             f.write_bytes(data)
         os.chmod(f, mode)
-    for rel, target in pkg.symlinks.items():
+    for rel, target in symlinks.items():
         f = root / rel
         f.parent.mkdir(parents=True, exist_ok=True)
         f.symlink_to(target)
+
+
+def _write_tree(pkg: FakePackage, root: Path) -> None:
+    (root / "DEBIAN").mkdir(parents=True)
+    (root / "DEBIAN" / "control").write_text(pkg.control_text())
+    write_payload(root, pkg.files, pkg.symlinks)
     for name, text in pkg.scripts.items():
         s = root / "DEBIAN" / name
         s.write_text(text)

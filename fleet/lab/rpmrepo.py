@@ -23,7 +23,6 @@ fails at install time too): rpm then installs nothing of it and keeps the old ve
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 from collections.abc import Iterable, Sequence
@@ -222,18 +221,7 @@ def modules_yaml(streams: dict[str, list[str]]) -> str:
 
 def _write_tree(pkg: FakeRpm, root: Path) -> None:
     root.mkdir(parents=True)
-    for rel, (data, mode) in pkg.files.items():
-        f = root / rel
-        f.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(data, str):
-            f.write_text(data)
-        else:
-            f.write_bytes(data)
-        os.chmod(f, mode)
-    for rel, target in pkg.symlinks.items():
-        f = root / rel
-        f.parent.mkdir(parents=True, exist_ok=True)
-        f.symlink_to(target)
+    repo.write_payload(root, pkg.files, pkg.symlinks)
 
 
 def build_rpm_repo(packages: Sequence[FakeRpm], out: Path,
