@@ -6,7 +6,7 @@ upgraded on open), then call the repository functions below, or use `history.wri
 """
 
 from fleet.history.engine import History, open_history
-from fleet.history.events import count_events, list_events, os_actor, record_event
+from fleet.history.events import count_events, list_events, record_event
 from fleet.history.models import utcnow
 from fleet.history.store import (
     FindingRecord,
@@ -25,6 +25,7 @@ from fleet.history.store import (
     record_benchmark,
     upsert_host,
 )
+from fleet.history_lite import os_actor
 
 __all__ = [
     "FindingRecord",

@@ -22,9 +22,8 @@ from sqlalchemy.engine import URL
 from sqlmodel import Session
 
 from fleet.errors import BadInput, CouldNotComplete
-from fleet.history_lite import file_head
+from fleet.history_lite import BUSY_TIMEOUT_S, file_head
 
-BUSY_TIMEOUT_S = 30
 _READ_ONLY = "fleet_read_only"
 
 

@@ -7,8 +7,6 @@ attributable without a login system.
 from __future__ import annotations
 
 import datetime as dt
-import getpass
-import os
 from typing import Any
 
 from sqlalchemy import func
@@ -16,18 +14,7 @@ from sqlmodel import Session, col, select
 
 from fleet.history.engine import History
 from fleet.history.models import Event, utcnow
-
-
-def os_actor() -> str:
-    """The human behind this process: SUDO_USER when root via sudo, else the login name."""
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):  # no passwd entry (containers)
-        user = f"uid:{os.getuid()}"
-    sudo_user = os.environ.get("SUDO_USER")
-    if sudo_user and os.getuid() == 0 and sudo_user != user:
-        return sudo_user
-    return user
+from fleet.history_lite import os_actor
 
 
 def require_aware(value: dt.datetime, name: str = "time") -> dt.datetime:

@@ -3,8 +3,9 @@
 Hosts that cannot be reached are recorded as unreachable snapshots and reported, never dropped:
 the drift audit fails closed on them.
 
-Start-up matters here (`fleet probe` is the command run most): the history, the check catalog and
-the models are imported in a thread while the hosts connect, not before (see `probe_inventory`).
+Start-up matters here (`fleet probe` is the command run most): the check catalog and the models
+are imported in a thread while the hosts connect, not before, and a SQLite history is read and
+written without SQLAlchemy (see `probe_inventory`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from fleet.domain.facts import HostFacts
     from fleet.domain.matrix.models import Matrix
     from fleet.history import History
+    from fleet.history_lite import EventRow, ProbeRow
 
 
 @dataclass
@@ -82,8 +84,8 @@ def probe_inventory(
     host's kernel-log cursor from it). An error in the matrix or the history stops the run
     before anything runs on a host. `history_file` (the `--db` value, with `history` a
     callable opening it): when it is a SQLite file at the schema head, the cursors are read
-    from it with the stdlib at once (`fleet.history_lite`), and the history is only opened
-    after the probe.
+    from it and the results written to it with the stdlib (`fleet.history_lite`), and the
+    history layer (SQLAlchemy) is never loaded.
     """
     from fleet.remote.backend import SshBackend
     from fleet.remote.session import in_background
@@ -112,8 +114,11 @@ def probe_inventory(
     def prepare_checks() -> None:  # then in the same thread while the hosts run the probe
         import importlib
 
-        # the history first: without `quick` the cursors need it
-        for module in ("fleet.history", "fleet.jobs.record", "fleet.domain.checks"):
+        # the history first when the cursors or the write need it (not a SQLite file at head)
+        modules: tuple[str, ...] = ("fleet.domain.checks", "fleet.domain.snapshot_rows")
+        if quick is None:
+            modules = ("fleet.history", "fleet.jobs.record", *modules)
+        for module in modules:
             importlib.import_module(module)
 
         ready["refs"] = refs = backend.hosts()
@@ -137,10 +142,23 @@ def probe_inventory(
 
     answers = backend.probe(names, since=cursors, frameworks=frameworks)
     checks_ready.get()
+    matrix_now: Matrix | None = ready["matrix"]
+    results = _judge(ready["refs"], answers, ready["expect"], matrix_now)
+    taken = now()
+    event = _event(results, limit, via, partition)
+    if quick is not None and history_file is not None and "history" not in ready:
+        from fleet.history_lite import sqlite_record_probe
+
+        ids = sqlite_record_probe(history_file, [_lite_row(r) for r in results],
+                                  taken_at=taken, event=event)
+        if ids is not None:
+            for r, snap in zip(results, ids, strict=True):
+                r.snapshot = snap
+            return results
     if "history" not in ready:
         ready["history"] = history() if callable(history) else history
-    return _judge_and_record(ready["refs"], answers, ready["expect"], ready["history"],
-                             ready["matrix"], now(), limit, via, partition)
+    _record(results, ready["history"], taken, event)
+    return results
 
 
 def _expectations(refs: Sequence[Any], matrix: Matrix | None) -> dict[str, Any]:
@@ -157,14 +175,10 @@ def _expectations(refs: Sequence[Any], matrix: Matrix | None) -> dict[str, Any]:
     return out
 
 
-def _judge_and_record(refs: Sequence[Any], answers: dict[str, Any], expect: dict[str, Any],
-                      history: History, matrix: Matrix | None, taken: datetime,
-                      limit: Sequence[str] | None, via: str,
-                      partition: str | None) -> list[ProbeResult]:
-    """Run the checks on each host's facts; record every host (one transaction) and the event."""
+def _judge(refs: Sequence[Any], answers: dict[str, Any], expect: dict[str, Any],
+           matrix: Matrix | None) -> list[ProbeResult]:
+    """Run the checks on each host's facts (an unreachable host is a result too)."""
     from fleet.domain.checks import run_checks
-    from fleet.history import add_snapshot, record_event
-    from fleet.jobs.record import record_snapshot
 
     results: list[ProbeResult] = []
     for ref in refs:
@@ -176,10 +190,43 @@ def _judge_and_record(refs: Sequence[Any], answers: dict[str, Any], expect: dict
         findings = run_checks(facts, expect[name],
                               matrix.policy.thresholds if matrix is not None else None)
         results.append(ProbeResult(name, pool, True, None, facts, findings))
+    return results
+
+
+def _event(results: Sequence[ProbeResult], limit: Sequence[str] | None, via: str,
+           partition: str | None) -> EventRow:
+    from fleet.history_lite import EventRow
+
     data: dict[str, Any] = {"hosts": [r.host for r in results]}
     if via == "slurm":
         data |= {"via": "slurm", "partition": partition}
-    with history.write() as s:  # one transaction: 20 hosts were 20 commits
+    return EventRow("probe", ",".join(limit or []) or "all",
+                    f"probed {len(results)} host(s), "
+                    f"{sum(not r.reachable for r in results)} unreachable", data)
+
+
+def _lite_row(r: ProbeResult) -> ProbeRow:
+    """What `_record` stores for the result, for the stdlib writer."""
+    from fleet.domain.snapshot_rows import finding_rows, gpu_rows
+    from fleet.history_lite import ProbeRow
+
+    f = r.facts
+    if f is None:
+        return ProbeRow(r.host, "none", r.reachable, {"error": r.error}, pool=r.pool)
+    return ProbeRow(r.host, f.source, r.reachable, f.to_json_dict(), pool=r.pool,
+                    gpu_model=f.gpus[0].name if f.gpus else None,
+                    driver_nvml=f.versions.driver_library,
+                    driver_kmod=f.versions.driver_kernel_module,
+                    gpus=gpu_rows(f), findings=finding_rows(f, r.findings))
+
+
+def _record(results: Sequence[ProbeResult], history: History, taken: datetime,
+            event: EventRow) -> None:
+    """Every host's snapshot and the event, in one transaction (20 hosts were 20 commits)."""
+    from fleet.history import add_snapshot, record_event
+    from fleet.jobs.record import record_snapshot
+
+    with history.write() as s:
         for r in results:
             if r.facts is not None:
                 r.snapshot = record_snapshot(history, r.host, r.facts, r.findings,
@@ -188,7 +235,5 @@ def _judge_and_record(refs: Sequence[Any], answers: dict[str, Any], expect: dict
                 r.snapshot = add_snapshot(history, r.host, taken_at=taken, source="none",
                                           reachable=r.reachable, facts={"error": r.error},
                                           pool=r.pool, session=s)
-        record_event(history, "probe", ",".join(limit or []) or "all",
-                     f"probed {len(results)} host(s), {sum(not r.reachable for r in results)} "
-                     "unreachable", data, session=s)
-    return results
+        record_event(history, event.kind, event.subject, event.message, dict(event.data),
+                     session=s)

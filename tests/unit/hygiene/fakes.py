@@ -17,8 +17,8 @@ from fleet.domain.facts import HostFacts
 from fleet.domain.matrix.loader import load_matrix
 from fleet.domain.matrix.models import Matrix, Release
 from fleet.domain.ports import AdminState, HostRef, HostResult, Samples
+from fleet.domain.snapshot_rows import gpu_rows
 from fleet.history import History, add_snapshot
-from fleet.jobs.record import gpu_rows
 
 ROOT = Path(__file__).resolve().parents[3]
 NOW = dt.datetime(2026, 3, 2, 6, 0, tzinfo=dt.UTC)

@@ -85,8 +85,8 @@ def _spy_probe_commands(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
 
 def test_late_history_and_matrix_record_as_before(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """As `fleet probe` calls it: the cursor of the existing file reaches the probe command, the
-    history is opened once (after the probe) and everything is recorded."""
+    """As `fleet probe` calls it: the cursor of the existing file reaches the probe command and
+    everything is recorded by the stdlib writer: the history layer is never opened."""
     inv = write_inventory(tmp_path, local_probe_lines())
     db = str(tmp_path / "h.db")
     with open_history(db) as h:
@@ -100,12 +100,40 @@ def test_late_history_and_matrix_record_as_before(tmp_path: Path,
 
     results = probe_inventory(inv, ["h100"], history, now=lambda: T0, frameworks=False,
                               matrix=lambda: None, history_file=db)
+    assert opened == []
+    assert sorted(r.host for r in results) == ["@fake/gpu-01", "@fake/gpu-02"]
+    assert sorted(sent, key=str) == [None, "s=abc;i=1"]
+    with open_history(db) as h:
+        snaps = {host.name: snap for host, snap in latest_snapshots(h)}
+        assert snaps["@fake/gpu-02"].taken_at.replace(tzinfo=UTC) == T0
+        assert {r.snapshot for r in results} == {s.id for s in snaps.values()}
+        assert [e.kind for e in list_events(h)] == ["probe"]
+
+
+def test_a_history_url_is_opened_and_written_by_the_orm(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A history the stdlib path cannot be sure of (a URL here; a server, or a file not at the
+    schema head, alike) goes through the history layer: opened once, before the probe is sent
+    (the cursors come from it), and everything recorded."""
+    inv = write_inventory(tmp_path, local_probe_lines())
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    with open_history(url) as h:
+        _snap(h, "@fake/gpu-01", 0, _cursor("s=abc;i=1"))
+    sent = _spy_probe_commands(monkeypatch)
+    opened: list[Any] = []
+
+    def history() -> Any:
+        opened.append(open_history(url))
+        return opened[-1]
+
+    results = probe_inventory(inv, ["h100"], history, now=lambda: T0, frameworks=False,
+                              matrix=lambda: None, history_file=url)
     try:
         assert len(opened) == 1
-        assert sorted(r.host for r in results) == ["@fake/gpu-01", "@fake/gpu-02"]
         assert sorted(sent, key=str) == [None, "s=abc;i=1"]
         snaps = {host.name: snap for host, snap in latest_snapshots(opened[0])}
-        assert snaps["@fake/gpu-02"].taken_at.replace(tzinfo=UTC) == T0
+        assert {r.snapshot for r in results} == {snaps[n].id for n in ("@fake/gpu-01",
+                                                                       "@fake/gpu-02")}
         assert [e.kind for e in list_events(opened[0])] == ["probe"]
     finally:
         opened[0].close()
@@ -128,16 +156,20 @@ def test_a_bad_matrix_stops_before_the_probe_is_sent(tmp_path: Path,
 
 def test_fleet_probe_cli_records_twice_and_refuses_a_bad_matrix(tmp_path: Path) -> None:
     """The real command (gevent patched, matrix and checks loaded in its background thread):
-    the second run takes the stdlib cursor path; a bad matrix exits 2 and creates no history."""
+    the second run reads and writes the existing file with the stdlib, without SQLAlchemy; a
+    bad matrix exits 2 and creates no history."""
     import json
 
     from tests.conftest import run_fleet
 
     inv = write_inventory(tmp_path, local_probe_lines())
     db = tmp_path / "h.db"
-    for _ in range(2):
+    blocked = tmp_path / "blocked" / "sqlalchemy"  # the second run must not load the ORM
+    blocked.mkdir(parents=True)
+    (blocked / "__init__.py").write_text("raise ImportError('fleet probe loaded SQLAlchemy')\n")
+    for env in ({}, {"PYTHONPATH": str(blocked.parent)}):
         done = run_fleet("--db", str(db), "probe", "-i", str(inv), "--limit", "h100",
-                         "-m", "matrices/example.yaml", "--no-frameworks", "--json")
+                         "-m", "matrices/example.yaml", "--no-frameworks", "--json", env=env)
         assert done.returncode in (0, 1), done.stderr
         assert sorted(h["host"] for h in json.loads(done.stdout)["hosts"]) == [
             "@fake/gpu-01", "@fake/gpu-02"]
