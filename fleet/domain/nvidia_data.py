@@ -17,9 +17,8 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any, Literal
 
-import yaml
-
 from fleet.domain.versions import compare, cuda_major_minor, driver_branch
+from fleet.domain.yaml_source import load_shipped
 
 Designation = Literal["LTSB", "PB", "NFB"]
 DESIGNATION_NAMES = {
@@ -253,7 +252,7 @@ def read_sourced_table(package: str, name: str) -> dict[str, Any]:
     """A shipped table of `package`, checked to have a `sources` block and a known source on
     every row (fleet.data.nvidia here, fleet.data.frameworks in framework_data)."""
     text = resources.files(package).joinpath(name).read_text(encoding="utf-8")
-    doc = yaml.safe_load(text)
+    doc = load_shipped(text)
     if not isinstance(doc, dict) or "sources" not in doc:
         raise RuntimeError(f"shipped table {name} is damaged: no sources block")
     missing = rows_without_source(doc)

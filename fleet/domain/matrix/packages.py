@@ -156,10 +156,10 @@ def parse(doc: Mapping[str, Any]) -> PackageTruth:
 @lru_cache(maxsize=1)
 def load() -> PackageTruth:
     """The shipped table, parsed once per process."""
-    import yaml
+    from fleet.domain.yaml_source import load_shipped
 
     text = resources.files("fleet.data.nvidia").joinpath("packages.yaml").read_text("utf-8")
-    return parse(yaml.safe_load(text))
+    return parse(load_shipped(text))
 
 
 # ------------------------------------------------------------------------- release packages
