@@ -52,6 +52,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from fresh_bytecode import ensure_bytecode  # noqa: E402
+
 from fleet.lab import lab  # noqa: E402
 from fleet.lab.model import LabState  # noqa: E402
 from fleet.lab.paths import LabPaths  # noqa: E402
@@ -323,6 +325,7 @@ def main() -> int:
         print("needs root (the lab)", file=sys.stderr)
         return 2
     paths = LabPaths(cache=LabPaths.from_env().cache, run=Path(a.run_dir))
+    ensure_bytecode(ROOT / "fleet")
     ansible = ensure_ansible(paths.cache)
     version = subprocess.run([str(ansible), "--version"], capture_output=True, text=True,
                              check=False).stdout.splitlines()[0]

@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from fresh_bytecode import ensure_bytecode
+
 COMMANDS: tuple[tuple[str, ...], ...] = (
     ("--help",),
     ("probe", "--help"),
@@ -53,6 +55,7 @@ def main() -> None:
                     "(default: the one next to this python)")
     args = ap.parse_args()
     fleets = args.fleet or [str(Path(sys.executable).with_name("fleet"))]
+    ensure_bytecode(Path(__file__).resolve().parent.parent / "fleet")
     with tempfile.TemporaryDirectory() as tmp:
         times = measure(fleets, args.runs, Path(tmp))
     floor = statistics.median(times["python -c pass"])
