@@ -102,18 +102,23 @@ class SshBackend:
               frameworks: bool = False) -> dict[str, HostResult[HostFacts]]:
         """Host facts. `since` may be a callable: it is called once the hosts are connected,
         before the probe is sent (`fleet probe` reads the cursors, and waits for its matrix,
-        while the hosts connect); what it raises stops the probe before anything runs."""
-        from pydantic import ValidationError
-
-        from fleet.domain.facts import HostFacts
-        from fleet.domain.ports import HostResult
+        while the hosts connect); what it raises stops the probe before anything runs. The
+        models are imported once the answers are in: before, they would delay the first
+        connection (`fleet probe` loads them in a thread while the hosts connect)."""
         from fleet.remote.probe_fact import HostProbe
 
         with self._connect(hosts, parallel=min(len(hosts), PROBE_PARALLEL)) as conn:
             cursors = (since() if callable(since) else since) or {}
-            out: dict[str, HostResult[HostFacts]] = self._unreachable(conn)
             raw = gather(conn, HostProbe, kwargs_for=lambda h: {
                 "since": cursors.get(h.name), "frameworks": frameworks})
+            unreachable = dict(conn.unreachable)
+        from pydantic import ValidationError
+
+        from fleet.domain.facts import HostFacts
+        from fleet.domain.ports import HostResult
+
+        out: dict[str, HostResult[HostFacts]] = {
+            n: HostResult.unreachable(n, e) for n, e in unreachable.items()}
         for name, value in raw.items():
             if isinstance(value, Exception):
                 out[name] = HostResult.failed(name, f"probe failed: {value}")
