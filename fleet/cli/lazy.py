@@ -17,6 +17,7 @@ tests/unit/cli/test_startup.py fails when a heavy library is imported by buildin
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -46,22 +47,28 @@ def lazy_module(name: str) -> Any:
     return LazyModule(name)
 
 
+_PATHS = (Path, Path | None)
+
+
 def defer_typer_coercion() -> None:
     """Let typer import pydantic only when a value needs it.
 
     typer (0.2x) coerces every parameter's value through a pydantic TypeAdapter, built on first
     use, and importing pydantic for it costs about 50 ms: `fleet probe --help` paid it for the
-    root group's `--db` default and the unset `--help`/completion flags. Unset values (None) and
-    a `str` value of a plain `str` parameter come out of typer's coercion unchanged, so these
-    are answered here; any other value is coerced by typer's own runtime parameter, exactly as
-    before. With a typer that lacks these internals this does nothing (fleet only starts slower,
+    root group's `--db` default and the unset `--help`/completion flags, and `fleet probe` its
+    `-i` path before the first connection. Unset values (None) and a `str` value of a plain
+    `str` parameter come out of typer's coercion unchanged, so these are answered here; a `str`
+    value of a `Path` parameter goes through typer's own path checks given a `Path` (pydantic
+    only made that `Path`); any other value is coerced by typer's own runtime parameter, exactly
+    as before. With a typer that lacks these internals this does nothing (fleet only starts slower,
     and tests/unit/cli/test_startup.py says so).
     """
-    from typer import _coercion, core
+    from typer import _coercion, _param_types, core
 
     param_cls: Any = getattr(core, "_TyperParameter", None)
     base: Any = getattr(_coercion, "RuntimeParam", None)
     build: Any = getattr(_coercion, "build_runtime_param", None)
+    check_path: Any = getattr(_param_types, "coerce_cli_path", None)
     if param_cls is None or base is None or build is None or "get_runtime_param" not in vars(
             param_cls) or getattr(param_cls, "_fleet_deferred", False):
         return
@@ -71,9 +78,14 @@ def defer_typer_coercion() -> None:
 
         def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
             info = self.parameter_info
-            if (self.annotation in (str, bool) and type(value) is self.annotation
-                    and getattr(info, "parser", None) is None):
-                return value
+            if getattr(info, "parser", None) is None:
+                if self.annotation in (str, bool) and type(value) is self.annotation:
+                    return value
+                if (self.annotation in _PATHS and type(value) is str and check_path is not None
+                        and getattr(info, "path_type", None) in (None, Path)):
+                    # typer's own checks (exists, readable, ...), minus the pydantic step
+                    # that only turns the str into a Path
+                    return check_path(Path(value), info, path_type=Path, param=param, ctx=ctx)
             real = build(param.type_descriptor)
             param._runtime_param = real  # from now on, typer's own
             return real._coerce_value(value, param=param, ctx=ctx)

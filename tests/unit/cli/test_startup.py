@@ -99,3 +99,50 @@ def test_a_command_still_loads_what_it_uses(tmp_path: Path) -> None:
     assert db.is_file() and str(db) in json.loads(out)["db"]
     code, _, out = _start(["--db", str(db), "history", "events", "--last", "zero"])
     assert code == 2, out
+
+
+PATHS_APP = textwrap.dedent("""
+    import json, sys
+    from pathlib import Path
+    from typing import Annotated
+    import typer
+    from fleet.cli.lazy import defer_typer_coercion
+    if sys.argv[1] == "deferred":
+        defer_typer_coercion()
+    app = typer.Typer()
+    got = {}
+
+    @app.command()
+    def cmd(p: Annotated[Path, typer.Option()], q: Annotated[Path | None, typer.Option()] = None,
+            e: Annotated[Path | None, typer.Option(exists=True)] = None,
+            f: Annotated[Path | None, typer.Option(dir_okay=False, resolve_path=True)] = None,
+            ) -> None:
+        got.update({k: [type(v).__name__, str(v)] for k, v in dict(p=p, q=q, e=e, f=f).items()})
+
+    try:
+        app(json.loads(sys.argv[2]))
+    except SystemExit as exc:
+        got["code"] = exc.code
+    got["pydantic"] = "pydantic" in sys.modules
+    print(json.dumps(got))
+""")
+
+
+@pytest.mark.parametrize("args", [
+    ["--p", "inv.py"], ["--p", "a b/./c", "--q", "../m.yaml"], ["--p", "", "--q", "~"],
+    ["--p", "x", "--e", "/nonexistent"], ["--p", "x", "--e", "/"], ["--p", "x", "--f", "/"],
+    ["--p", "x", "--f", "/etc/../etc/hostname"],
+], ids=str)
+def test_deferred_path_values_are_typers_own(args: list[str]) -> None:
+    """A `Path` option given a plain string is answered as typer's pydantic coercion answers it
+    (`fleet probe -i` no longer loads pydantic before connecting); click's checks (`exists`)
+    still refuse a bad one."""
+    def run(mode: str) -> dict[str, object]:
+        done = subprocess.run([sys.executable, "-c", PATHS_APP, mode, json.dumps(args)],
+                              capture_output=True, text=True, cwd=ROOT, timeout=120)
+        return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+    own, deferred = run("typer"), run("deferred")
+    assert own.pop("pydantic") is True
+    assert deferred.pop("pydantic") is False
+    assert deferred == own
