@@ -122,6 +122,15 @@ class Host:
                 return now
         raise AssertionError(f"{self.name} did not reboot in {timeout} s")
 
+    def release_pins(self) -> None:
+        """Undo what `fleet apply` leaves on a Debian host to keep its release (the apt pin, the
+        unattended-upgrades blacklist, the holds), so that a test installing packages by hand
+        finds the host as the lab made it, whichever tests ran before."""
+        self.sh("rm -f /etc/apt/preferences.d/fleet-nvidia.pref "
+                "/etc/apt/apt.conf.d/51fleet-nvidia-unattended && "
+                "held=$(apt-mark showhold) && { [ -z \"$held\" ] || apt-mark unhold $held; }"
+                " >/dev/null")
+
     def close(self) -> None:
         if self._client is not None:
             self._client.close()
