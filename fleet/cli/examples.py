@@ -14,8 +14,6 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from rich.markup import escape
-
 INV = "inv.py"
 MATRIX = "matrix.yaml"
 
@@ -138,7 +136,14 @@ def epilog(path: str, *, markup: bool) -> str | None:
     lines = EXAMPLES.get(path)
     if not lines:
         return None
-    shown = [escape(x) if markup else x for x in lines]
+    # rich's escape only changes a `[` (markup) or a trailing backslash: without either, a line
+    # is shown as written, and rich is not loaded for it (`fleet probe --json` never needs rich)
+    if markup and any("[" in x or x.endswith("\\") for x in lines):
+        from rich.markup import escape
+
+        shown = [escape(x) for x in lines]
+    else:
+        shown = list(lines)
     if markup:  # rich keeps line breaks inside a paragraph
         return "Examples:\n" + "\n".join(f"  {x}" for x in shown)
     return "\b\nExamples:\n" + "\n".join(f"  {x}" for x in shown)  # \b: click must not rewrap

@@ -18,22 +18,74 @@ from collections.abc import Iterable, Mapping
 from datetime import date, datetime
 from enum import Enum
 from pathlib import Path
-from typing import Any
-
-from rich.console import Console
-from rich.markup import escape
-from rich.text import Text
+from typing import TYPE_CHECKING, Any, cast
 
 from fleet.errors import Problem
+
+if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
+    from rich.console import Console
 
 SCHEMA = 1
 """Version of every JSON document on stdout: bumped when a key changes meaning or goes away
 (new keys are added without a bump)."""
 
-console = Console(stderr=True, highlight=False, emoji=False)
+class _LazyConsole:
+    """A rich `Console` made on first use. Loading rich is ~20 ms of every command's start-up,
+    and `fleet probe --json` (JSON on stdout, no spinner off a terminal) never needs it unless
+    something goes wrong."""
+
+    __slots__ = ("_options", "_console")
+
+    def __init__(self, **options: Any) -> None:
+        object.__setattr__(self, "_options", options)
+        object.__setattr__(self, "_console", None)
+
+    def _made(self) -> Console:
+        made: Console | None = object.__getattribute__(self, "_console")
+        if made is None:
+            from rich.console import Console
+
+            made = Console(**object.__getattribute__(self, "_options"))
+            object.__setattr__(self, "_console", made)
+        return made
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._made(), name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._made(), name, value)
+
+    def __delattr__(self, name: str) -> None:
+        delattr(self._made(), name)
+
+
+console = cast("Console", _LazyConsole(stderr=True, highlight=False, emoji=False))
 """Human-facing output. stdout is reserved for `--json` and plain results."""
 
-stdout = Console(highlight=False, soft_wrap=True, emoji=False)
+stdout = cast("Console", _LazyConsole(highlight=False, soft_wrap=True, emoji=False))
+
+
+class _Quiet:
+    """`console.status`'s stand-in off a terminal: nothing to animate, nothing to load."""
+
+    def __enter__(self) -> _Quiet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+def working(text: str) -> AbstractContextManager[Any]:
+    """A spinner with `text` on stderr while a long step runs, where stderr is a terminal;
+    elsewhere (CI logs, pipes, `--json` scripts) nothing, as rich's own status prints there."""
+    if not sys.stderr.isatty():
+        return _Quiet()
+    return console.status(text)
 
 
 class _State:
@@ -44,6 +96,8 @@ class _State:
 
 def esc(value: object) -> str:
     """`value` as text safe inside a Rich markup string: `[bold]`, `[/x]` print as written."""
+    from rich.markup import escape
+
     return escape(str(value))
 
 
@@ -108,6 +162,8 @@ def emit_error(code: int, message: str, where: Mapping[str, object] | None = Non
 
 def print_error(message: str, label: str = "error", style: str = "red") -> None:
     """One `label: message` line on stderr; the message is printed as written."""
+    from rich.text import Text
+
     console.print(Text.assemble((label, style), ": ", message), soft_wrap=True)
 
 

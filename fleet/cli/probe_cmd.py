@@ -7,13 +7,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
 
-from fleet.cli.output import console, emit_json, esc
+from fleet.cli.output import console, emit_json, esc, working
 from fleet.cli.selection import HostAlias, Limit, PoolAlias
 from fleet.errors import BadInput, CouldNotComplete, ProblemsFound
 
 if TYPE_CHECKING:
+    from rich.table import Table
+
     from fleet.domain.matrix.models import Matrix
     from fleet.history import History
 
@@ -29,6 +30,8 @@ _RANK = {"fail": 0, "warn": 1, "ok": 2}
 
 
 def _findings_table(rows: list[dict[str, object]]) -> Table:
+    from rich.table import Table
+
     t = Table("host", "severity", "check", "gpu", "remediation", "message", box=None)
     for r in rows:
         sev = str(r["severity"])
@@ -79,7 +82,7 @@ def probe(
         return load_matrix(matrix, today=date.today()).matrix if matrix else None
 
     with ExitStack() as stack:
-        stack.enter_context(console.status("probing hosts"))
+        stack.enter_context(working("probing hosts"))
 
         def history() -> History:
             from fleet.history import open_history
@@ -103,6 +106,8 @@ def probe(
     if json_out:
         emit_json({"hosts": [r.as_dict() for r in results]})
     else:
+        from rich.table import Table
+
         t = Table("host", "pool", "reachable", "source", "driver", "gpus", "worst", box=None)
         for r in results:
             worst = min((f.severity.value for f in r.findings),

@@ -140,3 +140,15 @@ def test_docstrings_reflow_to_the_terminal() -> None:
     assert "Exit 3 when a host is unreachable" in " ".join(probe.split())
     lines = [x.strip() for x in probe.splitlines()]
     assert "a check fails." not in lines  # the docstring's own break, once left dangling
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES), ids=lambda p: p or "fleet")
+def test_examples_are_escaped_as_rich_escapes_them(path: str) -> None:
+    """`epilog` skips rich's escape for lines it would leave alone (no `[`, no trailing
+    backslash): the help must read exactly as with every line escaped."""
+    from rich.markup import escape
+
+    from fleet.cli.examples import epilog
+
+    text = epilog(path, markup=True)
+    assert text == "Examples:\n" + "\n".join(f"  {escape(x)}" for x in EXAMPLES[path])

@@ -414,3 +414,18 @@ def test_process_boundary(fleet_cli, tmp_path: Path) -> None:
     sqlite3.connect(tmp_path / "x.db").close()  # an empty file is a valid (empty) database
     r = fleet_cli("--db", str(tmp_path / "x.db"), "history", "events", "--json", cwd=tmp_path)
     assert r.returncode == 0 and json.loads(r.stdout)["events"] == []
+
+
+def test_a_spinner_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`working` animates where stderr is a terminal and is a silent stand-in elsewhere (CI
+    logs, pipes), where rich's status printed nothing either."""
+    from rich.status import Status
+
+    from fleet.cli import output
+
+    monkeypatch.setattr(output.sys.stderr, "isatty", lambda: False)
+    with output.working("probing") as quiet:
+        quiet.update("still probing")
+    assert not isinstance(quiet, Status)
+    monkeypatch.setattr(output.sys.stderr, "isatty", lambda: True)
+    assert isinstance(output.working("probing"), Status)

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -146,3 +147,27 @@ def test_deferred_path_values_are_typers_own(args: list[str]) -> None:
     assert own.pop("pydantic") is True
     assert deferred.pop("pydantic") is False
     assert deferred == own
+
+
+def test_a_json_probe_loads_no_rich(tmp_path: Path) -> None:
+    """`fleet probe --json` off a terminal prints through neither rich console nor spinner:
+    rich (~20 ms of start-up) stays unloaded; a human run still prints its table with it."""
+    from tests.unit.jobs.test_probe_job import local_probe_lines, write_inventory
+
+    inv = write_inventory(tmp_path, local_probe_lines())
+    args = ["--db", str(tmp_path / "h.db"), "probe", "-i", str(inv), "--limit", "h100",
+            "--no-frameworks"]
+
+    def run(extra: list[str]) -> tuple[dict[str, Any], str, str]:
+        done = subprocess.run(
+            [sys.executable, "-c", PROBE, "[]", json.dumps([*args, *extra]),
+             json.dumps(["rich"])], capture_output=True, text=True, cwd=ROOT, timeout=120)
+        report = json.loads(done.stderr.strip().splitlines()[-1])
+        assert report["code"] in (0, 1), done.stderr
+        return report, done.stdout, done.stderr
+
+    report, out, _ = run(["--json"])
+    assert report["heavy"] == []
+    assert len(json.loads(out)["hosts"]) == 2
+    report, _, err = run([])
+    assert report["heavy"] == ["rich"] and "@fake/gpu-01" in err
