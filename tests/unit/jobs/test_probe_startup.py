@@ -83,12 +83,16 @@ def _spy_probe_commands(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
     return sent
 
 
-def test_late_history_and_matrix_record_as_before(tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    """As `fleet probe` calls it: the cursor of the existing file reaches the probe command and
-    everything is recorded by the stdlib writer: the history layer is never opened."""
+@pytest.mark.parametrize("form", ["path", "url"])
+def test_late_history_and_matrix_record_as_before(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  form: str) -> None:
+    """As `fleet probe` calls it: the cursor of the existing history reaches the probe command
+    and everything is recorded. A SQLite file at the schema head is read and written by the
+    stdlib writer, the history layer never opened; a history that path cannot be sure of (a
+    URL here; a server, or a file not at the head, alike) goes through the history layer,
+    opened once, before the probe is sent (the cursors come from it)."""
     inv = write_inventory(tmp_path, local_probe_lines())
-    db = str(tmp_path / "h.db")
+    db = str(tmp_path / "h.db") if form == "path" else f"sqlite:///{tmp_path / 'h.db'}"
     with open_history(db) as h:
         _snap(h, "@fake/gpu-01", 0, _cursor("s=abc;i=1"))
     sent = _spy_probe_commands(monkeypatch)
@@ -100,7 +104,9 @@ def test_late_history_and_matrix_record_as_before(tmp_path: Path,
 
     results = probe_inventory(inv, ["h100"], history, now=lambda: T0, frameworks=False,
                               matrix=lambda: None, history_file=db)
-    assert opened == []
+    for h in opened:
+        h.close()
+    assert len(opened) == (0 if form == "path" else 1)
     assert sorted(r.host for r in results) == ["@fake/gpu-01", "@fake/gpu-02"]
     assert sorted(sent, key=str) == [None, "s=abc;i=1"]
     with open_history(db) as h:
@@ -108,35 +114,6 @@ def test_late_history_and_matrix_record_as_before(tmp_path: Path,
         assert snaps["@fake/gpu-02"].taken_at.replace(tzinfo=UTC) == T0
         assert {r.snapshot for r in results} == {s.id for s in snaps.values()}
         assert [e.kind for e in list_events(h)] == ["probe"]
-
-
-def test_a_history_url_is_opened_and_written_by_the_orm(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A history the stdlib path cannot be sure of (a URL here; a server, or a file not at the
-    schema head, alike) goes through the history layer: opened once, before the probe is sent
-    (the cursors come from it), and everything recorded."""
-    inv = write_inventory(tmp_path, local_probe_lines())
-    url = f"sqlite:///{tmp_path / 'h.db'}"
-    with open_history(url) as h:
-        _snap(h, "@fake/gpu-01", 0, _cursor("s=abc;i=1"))
-    sent = _spy_probe_commands(monkeypatch)
-    opened: list[Any] = []
-
-    def history() -> Any:
-        opened.append(open_history(url))
-        return opened[-1]
-
-    results = probe_inventory(inv, ["h100"], history, now=lambda: T0, frameworks=False,
-                              matrix=lambda: None, history_file=url)
-    try:
-        assert len(opened) == 1
-        assert sorted(sent, key=str) == [None, "s=abc;i=1"]
-        snaps = {host.name: snap for host, snap in latest_snapshots(opened[0])}
-        assert {r.snapshot for r in results} == {snaps[n].id for n in ("@fake/gpu-01",
-                                                                       "@fake/gpu-02")}
-        assert [e.kind for e in list_events(opened[0])] == ["probe"]
-    finally:
-        opened[0].close()
 
 
 def test_a_bad_matrix_stops_before_the_probe_is_sent(tmp_path: Path,
