@@ -244,6 +244,7 @@ def test_driver_not_loaded_until_reset_and_reboot(hosts, lab_paths) -> None:
 
 def test_broken_package_makes_apt_fail(hosts, lab_paths) -> None:
     h = hosts["h3"]
+    h.release_pins()  # a pin or hold from an earlier `fleet apply` would refuse the install
     lab.inject(lab_paths, "h3", ["broken-package"])
     try:
         rc, out, err = _pin_install(h, *OLD)
