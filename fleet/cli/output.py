@@ -60,6 +60,14 @@ class _LazyConsole:
     def __delattr__(self, name: str) -> None:
         delattr(self._made(), name)
 
+    # rich's Live (under Progress and a rollout's live table) enters its console with `with`,
+    # and Python looks special methods up on the type, past `__getattr__`
+    def __enter__(self) -> Console:
+        return self._made().__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        self._made().__exit__(*exc)
+
 
 console = cast("Console", _LazyConsole(stderr=True, highlight=False, emoji=False))
 """Human-facing output. stdout is reserved for `--json` and plain results."""

@@ -429,3 +429,19 @@ def test_a_spinner_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not isinstance(quiet, Status)
     monkeypatch.setattr(output.sys.stderr, "isatty", lambda: True)
     assert isinstance(output.working("probing"), Status)
+
+
+def test_the_lazy_consoles_serve_rich_live_displays() -> None:
+    """rich's Live (under Progress, and a rollout's live table on a terminal) enters its console
+    with `with`: the consoles made on first use take that too."""
+    from rich.live import Live
+    from rich.progress import Progress
+
+    from fleet.cli import output
+
+    with Live(console=output.console, transient=True):
+        pass
+    with Progress(console=output.console, transient=True) as progress:
+        progress.advance(progress.add_task("x", total=2))
+    with output.stdout:
+        output.stdout.print("inside", end="")
