@@ -84,25 +84,27 @@ ORDER BY h.name, s.id DESC
 """
 
 
-def _sqlite_path(db: str) -> Path | None:
-    """The file `db` names when it is a plain path to an existing file, with the migration
-    files one plain chain (else the ordinary path decides)."""
+def _sqlite_file(db: str) -> tuple[Path, str] | None:
+    """The file `db` names and the schema head, when `db` is a plain path to an existing file
+    and the migration files are one plain chain (else the ordinary path decides)."""
     if "://" in db or not db.strip():
         return None
     path = Path(db).expanduser()
-    return path if path.is_file() and file_head() is not None else None
+    head = file_head() if path.is_file() else None
+    return (path, head) if head is not None else None
 
 
-def _at_head(conn: sqlite3.Connection) -> bool:
-    return [r[0] for r in conn.execute("SELECT version_num FROM alembic_version")] == [file_head()]
+def _at_head(conn: sqlite3.Connection, head: str) -> bool:
+    return [r[0] for r in conn.execute("SELECT version_num FROM alembic_version")] == [head]
 
 
 def sqlite_cursors(db: str, hosts: Sequence[str]) -> dict[str, str | None] | None:
     """Each host's kernel-log cursor as `fleet.jobs.record.kernel_cursors` reads it, or None
     when `db` is not a SQLite file at the schema head (read-only: nothing is created)."""
-    path = _sqlite_path(db)
-    if path is None:
+    found = _sqlite_file(db)
+    if found is None:
         return None
+    path, head = found
     out: dict[str, str | None] = dict.fromkeys(hosts)
     try:
         conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True,
@@ -110,7 +112,7 @@ def sqlite_cursors(db: str, hosts: Sequence[str]) -> dict[str, str | None] | Non
     except sqlite3.Error:
         return None
     try:
-        if not _at_head(conn):
+        if not _at_head(conn, head):
             return None
         names = list(hosts)
         for i in range(0, len(names), _CHUNK):
@@ -186,12 +188,18 @@ def os_actor() -> str:
     return user
 
 
+def require_aware(value: dt.datetime, name: str = "time") -> dt.datetime:
+    """Naive datetimes are a bug in the caller: refuse them before they reach the database
+    (the history layer's writers and this one's)."""
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"{name} must be timezone-aware (UTC), got naive {value.isoformat()}")
+    return value.astimezone(dt.UTC)
+
+
 def _stored_time(value: dt.datetime) -> str:
     """A datetime as SQLAlchemy's SQLite dialect stores sqlmodel's `UTCDateTime`: UTC, no
     offset, always six digits of microseconds."""
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise ValueError(f"time must be timezone-aware (UTC), got naive {value.isoformat()}")
-    return value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+    return require_aware(value).strftime("%Y-%m-%d %H:%M:%S.%f")
 
 
 def _checked(row: Mapping[str, Any], columns: tuple[tuple[str, type, bool], ...],
@@ -214,7 +222,7 @@ def _checked(row: Mapping[str, Any], columns: tuple[tuple[str, type, bool], ...]
 
 
 @contextmanager
-def _writing(path: Path) -> Iterator[sqlite3.Connection | None]:
+def _writing(path: Path, head: str) -> Iterator[sqlite3.Connection | None]:
     """One `BEGIN IMMEDIATE` transaction on `path` with the ORM engine's pragmas, committed when
     the block ends and rolled back when it raises; None (nothing opened) when the file is not a
     SQLite history in WAL mode at the schema head."""
@@ -222,7 +230,7 @@ def _writing(path: Path) -> Iterator[sqlite3.Connection | None]:
         conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
     except sqlite3.Error:
         conn = None
-    if conn is None or not _begin_at_head(conn):
+    if conn is None or not _begin_at_head(conn, head):
         if conn is not None:
             conn.close()
         yield None
@@ -242,7 +250,7 @@ def _writing(path: Path) -> Iterator[sqlite3.Connection | None]:
         conn.close()
 
 
-def _begin_at_head(conn: sqlite3.Connection) -> bool:
+def _begin_at_head(conn: sqlite3.Connection, head: str) -> bool:
     """Set the pragmas and open the write transaction; False (rolled back) when the file is
     not a history at the head in WAL mode, or not a database at all: the ordinary path then
     migrates it or says what is wrong with it."""
@@ -253,7 +261,7 @@ def _begin_at_head(conn: sqlite3.Connection) -> bool:
         if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
             return False
         conn.execute("BEGIN IMMEDIATE")
-        if _at_head(conn):
+        if _at_head(conn, head):
             return True
         conn.execute("ROLLBACK")
     except sqlite3.DatabaseError:
@@ -269,16 +277,17 @@ def sqlite_record_probe(db: str, rows: Sequence[ProbeRow], *, taken_at: dt.datet
     with nothing written, when `db` is not a SQLite file at the schema head: the caller then
     writes through the ORM. A SQLite error while writing rolls everything back and is
     `CouldNotComplete` naming the file."""
-    path = _sqlite_path(db)
-    if path is None:
+    found = _sqlite_file(db)
+    if found is None:
         return None
+    path, head = found
     taken = _stored_time(taken_at)
     checked = [([_checked(g, GPU_COLUMNS, f"{r.host}: GPU sample") for g in r.gpus],
                 [_checked(f, FINDING_COLUMNS, f"{r.host}: finding") for f in r.findings],
                 json.dumps(dict(r.facts))) for r in rows]
     event_data = json.dumps(dict(event.data))
     actor = os_actor()
-    with _writing(path) as conn:
+    with _writing(path, head) as conn:
         if conn is None:
             return None
         try:

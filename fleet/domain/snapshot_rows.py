@@ -1,7 +1,8 @@
-"""History rows of one probe: per-GPU counter samples and findings, from facts (pure).
+"""History rows of one probe: the snapshot's columns, per-GPU counter samples and findings,
+from facts (pure).
 
-Shared by the ORM writer (`fleet.jobs.record`) and the stdlib writer `fleet probe` uses on a
-SQLite history (`fleet.history_lite`), so both store the same rows.
+Shared by the ORM writers (`fleet.jobs.record`) and the stdlib writer `fleet probe` uses on a
+SQLite history (`fleet.history_lite`), so all of them store the same rows.
 """
 
 from __future__ import annotations
@@ -79,3 +80,18 @@ def finding_rows(facts: HostFacts, findings: Sequence[Finding]) -> list[dict[str
             "details": {"evidence": f.evidence, "gpu": f.gpu},
         })
     return rows
+
+
+def snapshot_columns(facts: HostFacts, findings: Sequence[Finding]) -> dict[str, Any]:
+    """What a reachable host's snapshot stores of its facts and findings (every writer's
+    `source`, `driver_nvml`, `driver_kmod`, `facts`, `gpus` and `findings`)."""
+    return {
+        "source": facts.source, "driver_nvml": facts.versions.driver_library,
+        "driver_kmod": facts.versions.driver_kernel_module, "facts": facts.to_json_dict(),
+        "gpus": gpu_rows(facts), "findings": finding_rows(facts, findings),
+    }
+
+
+def gpu_model(facts: HostFacts) -> str | None:
+    """The host's GPU model as the hosts table keeps it: its first GPU's name."""
+    return facts.gpus[0].name if facts.gpus else None

@@ -14,14 +14,7 @@ from sqlmodel import Session, col, select
 
 from fleet.history.engine import History
 from fleet.history.models import Event, utcnow
-from fleet.history_lite import os_actor
-
-
-def require_aware(value: dt.datetime, name: str = "time") -> dt.datetime:
-    """Naive datetimes are a bug in the caller: refuse them before they reach the database."""
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise ValueError(f"{name} must be timezone-aware (UTC), got naive {value.isoformat()}")
-    return value.astimezone(dt.UTC)
+from fleet.history_lite import os_actor, require_aware
 
 
 def record_event(

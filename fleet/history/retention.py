@@ -47,8 +47,9 @@ from fleet.domain.retention import (
     week_of,
 )
 from fleet.history.engine import History
-from fleet.history.events import record_event, require_aware
+from fleet.history.events import record_event
 from fleet.history.models import Finding, GpuRollup, GpuSample, Snapshot
+from fleet.history_lite import require_aware
 
 _PG_PRUNE_LOCK = 0x666C656574 + 1  # next to the migration lock: one prune at a time per server
 SAMPLE_COLUMNS: tuple[str, ...] = (

@@ -207,17 +207,13 @@ def _event(results: Sequence[ProbeResult], limit: Sequence[str] | None, via: str
 
 def _lite_row(r: ProbeResult) -> ProbeRow:
     """What `_record` stores for the result, for the stdlib writer."""
-    from fleet.domain.snapshot_rows import finding_rows, gpu_rows
+    from fleet.domain.snapshot_rows import gpu_model, snapshot_columns
     from fleet.history_lite import ProbeRow
 
-    f = r.facts
-    if f is None:
+    if r.facts is None:
         return ProbeRow(r.host, "none", r.reachable, {"error": r.error}, pool=r.pool)
-    return ProbeRow(r.host, f.source, r.reachable, f.to_json_dict(), pool=r.pool,
-                    gpu_model=f.gpus[0].name if f.gpus else None,
-                    driver_nvml=f.versions.driver_library,
-                    driver_kmod=f.versions.driver_kernel_module,
-                    gpus=gpu_rows(f), findings=finding_rows(f, r.findings))
+    return ProbeRow(r.host, reachable=r.reachable, pool=r.pool, gpu_model=gpu_model(r.facts),
+                    **snapshot_columns(r.facts, r.findings))
 
 
 def _record(results: Sequence[ProbeResult], history: History, taken: datetime,

@@ -13,7 +13,7 @@ from sqlmodel import Session
 
 from fleet.domain.checks import Finding
 from fleet.domain.facts import HostFacts
-from fleet.domain.snapshot_rows import finding_rows, gpu_rows
+from fleet.domain.snapshot_rows import gpu_model, snapshot_columns
 from fleet.history import History, add_snapshot, latest_snapshots
 
 
@@ -21,14 +21,9 @@ def record_snapshot(history: History, host: str, facts: HostFacts, findings: Seq
                     *, taken_at: datetime, pool: str | None = None,
                     release: str | None = None, reachable: bool = True,
                     session: Session | None = None) -> int:
-    gpu_model = facts.gpus[0].name if facts.gpus else None
     return add_snapshot(
-        history, host, taken_at=taken_at, source=facts.source, reachable=reachable,
-        driver_nvml=facts.versions.driver_library,
-        driver_kmod=facts.versions.driver_kernel_module,
-        release=release, facts=facts.to_json_dict(), gpus=gpu_rows(facts),
-        findings=finding_rows(facts, findings), pool=pool, gpu_model=gpu_model,
-        session=session,
+        history, host, taken_at=taken_at, reachable=reachable, release=release, pool=pool,
+        gpu_model=gpu_model(facts), session=session, **snapshot_columns(facts, findings),
     )
 
 
@@ -36,13 +31,8 @@ def snapshot_row(host: str, facts: HostFacts, findings: Sequence[Finding], *,
                  taken_at: datetime, release: str | None = None,
                  reachable: bool = True) -> dict[str, Any]:
     """One probe as the input of `fleet.history.rollouts.add_snapshots` (bulk writes)."""
-    return {
-        "host": host, "taken_at": taken_at, "source": facts.source, "reachable": reachable,
-        "driver_nvml": facts.versions.driver_library,
-        "driver_kmod": facts.versions.driver_kernel_module, "release": release,
-        "facts": facts.to_json_dict(), "gpus": gpu_rows(facts),
-        "findings": finding_rows(facts, findings),
-    }
+    return {"host": host, "taken_at": taken_at, "reachable": reachable, "release": release,
+            **snapshot_columns(facts, findings)}
 
 
 def kernel_cursors(history: History, hosts: Sequence[str]) -> dict[str, str | None]:
