@@ -1,6 +1,7 @@
 """Check catalog: pure health and conformance checks over HostFacts (see `catalog`)."""
 
-from fleet.domain.checks.catalog import CHECKS, Check, run_checks, worst
+from fleet.domain.checks.base import Check
+from fleet.domain.checks.catalog import CHECKS, run_checks, worst
 from fleet.domain.checks.expect import expectations_for, release_expectation
 from fleet.domain.checks.models import (
     Expectations,

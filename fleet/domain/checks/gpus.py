@@ -1,0 +1,131 @@
+"""GPU checks: the expected GPUs are there, the driver asks for no recovery, the PCIe link is
+healthy.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from fleet.domain.checks.base import FAIL, WARN, Check, finding, registrar
+from fleet.domain.checks.models import Expectations, Finding, Remediation
+from fleet.domain.facts import HostFacts
+from fleet.domain.matrix.models import Thresholds
+
+CHECKS: list[Check] = []
+check = registrar(CHECKS)
+
+
+@check("gpu.inventory", ("gpu_count", "gpus.name", "source"), "expected GPU count and model")
+def gpu_inventory(facts: HostFacts, exp: Expectations, th: Thresholds) -> Iterable[Finding]:
+    seen = len(facts.gpus)
+    if exp.gpu_count is not None and seen != exp.gpu_count:
+        yield finding(
+            "gpu.inventory",
+            FAIL,
+            "reboot" if 0 < seen < exp.gpu_count else "drain",
+            f"{seen} GPU(s) visible, {exp.gpu_count} expected",
+            facts=["gpus"],
+            seen=seen,
+            expected=exp.gpu_count,
+        )
+    elif facts.gpu_count is not None and facts.gpu_count != seen and facts.gpus:
+        yield finding(
+            "gpu.inventory",
+            FAIL,
+            "reboot",
+            f"driver reports {facts.gpu_count} GPU(s) but only {seen} could be read",
+            facts=["gpu_count", "gpus"],
+        )
+    if exp.gpu_model:
+        for g in facts.gpus:
+            if g.name is not None and exp.gpu_model.lower() not in g.name.lower():
+                yield finding(
+                    "gpu.inventory",
+                    FAIL,
+                    "none",
+                    f"{g.label} is a {g.name}, expected {exp.gpu_model}",
+                    g,
+                    facts=["gpus.name"],
+                )
+
+
+@check("gpu.recovery_action", ("gpus.recovery_action",), "the driver asks for no recovery action")
+def recovery_action(facts: HostFacts, exp: Expectations, th: Thresholds) -> Iterable[Finding]:
+    remedies: dict[str, Remediation] = {
+        "reset": "reset_gpu",
+        "gpu reset": "reset_gpu",
+        "reboot": "reboot",
+        "node reboot": "reboot",
+        "drain p2p": "drain",
+        "drain and reset": "drain",
+    }
+    for g in facts.gpus:
+        a = (g.recovery_action or "none").lower()
+        if a != "none":
+            yield finding(
+                "gpu.recovery_action",
+                FAIL if a != "drain p2p" else WARN,
+                remedies.get(a, "reset_gpu"),
+                f"{g.label}: driver recovery action is {a!r}",
+                g,
+                facts=["gpus.recovery_action"],
+            )
+
+
+@check(
+    "pcie.link",
+    ("gpus.pcie_gen_*", "gpus.pcie_width_*", "gpus.clock_event_reasons"),
+    "PCIe link trained to its max generation and width (when busy)",
+)
+def pcie_link(facts: HostFacts, exp: Expectations, th: Thresholds) -> Iterable[Finding]:
+    for g in facts.gpus:
+        if th.pcie_link_only_when_busy and (
+            g.clock_event_reasons is None or "gpu_idle" in g.clock_event_reasons
+        ):
+            continue
+        low = []
+        if g.pcie_gen_current and g.pcie_gen_max and g.pcie_gen_current < g.pcie_gen_max:
+            low.append(f"gen {g.pcie_gen_current} of {g.pcie_gen_max}")
+        if g.pcie_width_current and g.pcie_width_max and g.pcie_width_current < g.pcie_width_max:
+            low.append(f"x{g.pcie_width_current} of x{g.pcie_width_max}")
+        if low:
+            yield finding(
+                "pcie.link",
+                WARN,
+                "reset_gpu",
+                f"{g.label}: PCIe link degraded while busy ({', '.join(low)})",
+                g,
+                facts=["gpus.pcie_gen_current", "gpus.pcie_width_current"],
+            )
+
+
+@check(
+    "pcie.replay_rate",
+    ("gpus.pcie_replay_counter", "identity.uptime_s"),
+    "PCIe replays per minute within DCGM's per-lane budget",
+)
+def pcie_replay_rate(facts: HostFacts, exp: Expectations, th: Thresholds) -> Iterable[Finding]:
+    uptime = facts.identity.uptime_s if facts.identity else None
+    if not uptime or uptime < 600:
+        return
+    for g in facts.gpus:
+        if g.pcie_replay_counter is None or not g.pcie_gen_max or not g.pcie_width_max:
+            continue
+        gen = g.pcie_gen_current or g.pcie_gen_max
+        per_lane = th.pcie_replay_per_lane_per_min.get(
+            gen, max(th.pcie_replay_per_lane_per_min.values())
+        )
+        allowed = math.ceil(per_lane * (g.pcie_width_current or g.pcie_width_max))
+        rate = g.pcie_replay_counter / (uptime / 60.0)
+        if rate > allowed:
+            yield finding(
+                "pcie.replay_rate",
+                WARN,
+                "none",
+                f"{g.label}: {rate:.1f} PCIe replays/min since boot (budget {allowed}/min)",
+                g,
+                facts=["gpus.pcie_replay_counter", "identity.uptime_s"],
+                rate_per_min=round(rate, 2),
+                allowed_per_min=allowed,
+            )
