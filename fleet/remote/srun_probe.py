@@ -1,7 +1,7 @@
 """Slurm as the fan-out engine: the host probe on every node of a partition with ONE `srun`.
 
     sinfo -h -N -p P -o '%N|%T|%E'                      -> which nodes can run it now
-    srun -p P -N n -w a,b,c --ntasks-per-node=1 -I5 -l -k -J fleet-probe-X -t M --chdir=/tmp \\
+    srun -p P -N n -w a,b,c --ntasks-per-node=1 -I5 -l -v -k -J fleet-probe-X -t M --chdir=/tmp \\
          --export=NONE /usr/bin/env PATH=... python3 -c '<wrapper + probe source>' <args>
 
 Why inline `python3 -c` and not `sbcast` + `srun`: the probe travels compressed inside the launch
@@ -15,6 +15,13 @@ Output. `srun -l` prefixes each line with its task id, and slurmstepd cuts long 
 labelled pieces, so every task prints its node name first and then its facts compressed,
 base64-encoded and cut into short numbered lines; `parse_srun_output` puts them back together
 and says, per node, what went wrong when they do not add up.
+
+Binding. A node is untrusted: what it prints about itself proves nothing. `srun -v` prints, on
+the controller, which host it launched each task on (`srun: launching StepId=J.S on host NODE,
+1 tasks: T`); every labelled line is filed under the node srun launched that task on, never
+under the name the line carries. A task whose lines name another node has its whole output
+refused (its own node fails; the other node keeps what its own task sent), and a task srun did
+not announce is ignored. A kernel-log cursor that would be refused fails its own node only.
 
 Slurm traps handled (see the Slurm spike): nodes that are drained, draining, down, not
 responding (`*`), powered off (`~`), rebooting (`@`, `^`) or busy are read with `sinfo` first
@@ -159,6 +166,13 @@ def wrapper_code(probe_source: Path = PROBE_SOURCE) -> str:
     return _WRAPPER.format(tag=TAG, chunk=CHUNK, payload=_payload(p, p.stat().st_mtime_ns))
 
 
+def cursor_problem(cursor: str | None) -> str | None:
+    """Why a kernel-log cursor (host-supplied, from the history) cannot be sent; None: fine."""
+    if cursor and not set(cursor) <= _CURSOR_OK:
+        return f"refusing kernel-log cursor {cursor!r}"
+    return None
+
+
 def wrapper_args(nodes: Sequence[str], since: Mapping[str, str | None] | None,
                  frameworks: bool) -> str:
     """One argument for every task: each picks its own kernel-log cursor by node name."""
@@ -166,8 +180,9 @@ def wrapper_args(nodes: Sequence[str], since: Mapping[str, str | None] | None,
     for node in nodes:
         c = (since or {}).get(node)
         if c:
-            if not set(c) <= _CURSOR_OK:
-                raise ValueError(f"refusing kernel-log cursor {c!r}")
+            problem = cursor_problem(c)
+            if problem:
+                raise ValueError(problem)
             cursors[node] = c
     doc = json.dumps({"since": cursors, "frameworks": frameworks}, sort_keys=True)
     return base64.b64encode(doc.encode()).decode()
@@ -186,7 +201,7 @@ def srun_argv(partition: str, nodes: Sequence[str], *, job_name: str, timeout_s:
     minutes = max(1, math.ceil(timeout_s / 60))
     return [
         "srun", "-p", partition, "-N", str(len(nodes)), "-w", ",".join(nodes),
-        "--ntasks-per-node=1", f"-I{immediate_s}", "-l", "-k", "-J", job_name,
+        "--ntasks-per-node=1", f"-I{immediate_s}", "-l", "-v", "-k", "-J", job_name,
         "-t", str(minutes), "--chdir=/tmp", "--export=NONE",
         "/usr/bin/env", f"PATH={NODE_PATH}", python, "-c", wrapper_code(probe_source),
         wrapper_args(nodes, since, frameworks),
@@ -199,7 +214,7 @@ class SrunOutput:
 
     docs: dict[str, dict[str, Any]] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)  # node -> why no document
-    tasks: dict[int, str] = field(default_factory=dict)  # task id -> node
+    tasks: dict[int, str] = field(default_factory=dict)  # task id -> node, as srun launched it
     general: list[str] = field(default_factory=list)  # srun's own errors naming no node
 
 
@@ -207,20 +222,55 @@ _LABEL_RE = re.compile(r"^\s*(\d+): ?(.*)$")
 _TAG_RE = re.compile(rf"^{TAG} (\S+) (begin|end (\d+)|(\d+) (\S+))\s*$")
 _SRUN_NODE_RE = re.compile(r"^srun: error: ([A-Za-z0-9][A-Za-z0-9._-]*): task (\d+): (.*)$")
 _SRUN_LAUNCH_RE = re.compile(r"failed on node ([A-Za-z0-9][A-Za-z0-9._-]*): (.*)$")
+# `srun -v`: "srun: launching StepId=41.0 on host h1, 1 tasks: 0" (22.05; "41.0" before 20.11)
+_LAUNCHING_RE = re.compile(
+    r"^srun: launching \S+ on host ([A-Za-z0-9][A-Za-z0-9._-]*), \d+ tasks?: \[?([0-9,-]+)\]?$")
+# what srun says at its own error levels; `-v` adds its informational lines, which are not news
+_SRUN_PROBLEM_RE = re.compile(r"^srun: (error|fatal|Job|Force|Terminated|Cancelled|Timed out)")
+
+
+def _task_ids(spec: str) -> list[int]:
+    """`0`, `0,2`, `0-3` (a Slurm ranged list without its brackets) -> task ids."""
+    out: list[int] = []
+    for part in spec.split(","):
+        lo, _, hi = part.partition("-")
+        if lo.isdigit() and (not hi or hi.isdigit()):
+            out.extend(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def launched_tasks(stderr: str) -> dict[int, str]:
+    """Task id -> node, from srun's own `launching ... on host` lines (`srun -v`). A task
+    announced on two nodes is left out: nothing it prints can be bound."""
+    tasks: dict[int, str] = {}
+    twice: set[int] = set()
+    for raw in stderr.splitlines():
+        m = _LAUNCHING_RE.match(raw.strip())
+        if not m:
+            continue
+        for task in _task_ids(m.group(2)):
+            if tasks.get(task, m.group(1)) != m.group(1):
+                twice.add(task)
+            tasks[task] = m.group(1)
+    return {t: n for t, n in tasks.items() if t not in twice}
 
 
 def parse_srun_output(stdout: str, stderr: str = "") -> SrunOutput:
     """srun's labelled output -> one probe document per node that answered in full.
 
-    Pure. stdout lines are `TASK: FLEET-PROBE NODE begin|I CHUNK|end N`; anything else a task
-    prints (a traceback on stderr, labelled too) becomes that node's error when it has no
-    document. Unlabelled `srun: error:` lines naming a node are that node's error; the others
-    are kept in `general`.
+    Pure. stdout lines are `TASK: FLEET-PROBE NODE begin|I CHUNK|end N`; each is filed under
+    the node srun says it launched TASK on (`launched_tasks`), and a task whose lines name
+    another node has its node's output refused. Anything else a task prints (a traceback on
+    stderr, labelled too) becomes that node's error when it has no document. Unlabelled
+    `srun: error:` lines naming a node are that node's error; the others are kept in `general`.
     """
     res = SrunOutput()
+    res.tasks = launched_tasks(stderr)
     chunks: dict[str, dict[int, str]] = {}
     ends: dict[str, int] = {}
     begun: set[str] = set()
+    forged: dict[str, str] = {}  # node whose task spoke for another -> the first name it used
+    unbound: set[int] = set()
     for raw in stdout.splitlines():
         m = _LABEL_RE.match(raw)
         if not m:
@@ -229,18 +279,27 @@ def parse_srun_output(stdout: str, stderr: str = "") -> SrunOutput:
         t = _TAG_RE.match(text)
         if not t:
             continue
-        node = t.group(1)
+        node = res.tasks.get(task)
+        if node is None:
+            unbound.add(task)
+            continue
+        if t.group(1) != node:
+            forged.setdefault(node, t.group(1))
+            continue
         if t.group(2) == "begin":
             begun.add(node)
-            res.tasks[task] = node
         elif t.group(3) is not None:
             ends[node] = int(t.group(3))
         else:
             chunks.setdefault(node, {})[int(t.group(4))] = t.group(5)
+    if unbound:
+        res.general.append("ignored the output of task(s) "
+                           + ", ".join(str(t) for t in sorted(unbound))
+                           + ": srun did not say which node ran them")
     task_err: dict[str, list[str]] = {}
     for raw in stderr.splitlines():
         line = raw.rstrip()
-        if not line.strip():
+        if not line.strip() or _LAUNCHING_RE.match(line.strip()):
             continue
         s = _SRUN_NODE_RE.match(line.strip())
         if s:
@@ -257,9 +316,11 @@ def parse_srun_output(stdout: str, stderr: str = "") -> SrunOutput:
             if node is not None:
                 task_err.setdefault(node, []).append(m.group(2).strip())
                 continue
-        if line.startswith("srun:"):
+        if _SRUN_PROBLEM_RE.match(line):
             res.general.append(line)
     for node in begun | set(chunks) | set(ends):
+        if node in forged:
+            continue
         got, want = chunks.get(node, {}), ends.get(node)
         problem: str | None = None
         if want is None:
@@ -279,6 +340,9 @@ def parse_srun_output(stdout: str, stderr: str = "") -> SrunOutput:
                 problem = f"output unreadable: {exc}"
         detail = task_err.get(node)
         res.errors[node] = problem + (f": {detail[-1]}" if detail else "")
+    for node, other in forged.items():
+        res.errors[node] = (f"refused: the task srun ran on {node} sent output naming {other!r} "
+                            "(a node answers for itself only)")
     for node, lines in task_err.items():
         if node not in res.docs and node not in res.errors:
             res.errors[node] = lines[-1]
@@ -368,11 +432,14 @@ def srun_probe(partition: str, nodes: Sequence[str], *, env: Mapping[str, str],
     ready: list[str] = []
     for n in nodes:
         row = rows.get(n)
+        bad_cursor = cursor_problem((since or {}).get(n))
         if row is None:
             results[n] = HostResult.unreachable(n, f"not in Slurm partition {partition}")
         elif not row.probeable:
             skipped[n] = row.state
             results[n] = HostResult.unreachable(n, row.why_not())
+        elif bad_cursor:  # as over SSH: that host fails, the others are probed
+            results[n] = HostResult.failed(n, f"probe failed: {bad_cursor}")
         else:
             ready.append(n)
     head: list[str] = []
@@ -385,7 +452,9 @@ def srun_probe(partition: str, nodes: Sequence[str], *, env: Mapping[str, str],
         if timed_out:
             plain(["scancel", "--name", job], env, 10.0)  # a job left behind ends now
         parsed = parse_srun_output(out, err)
-        general = "; ".join(parsed.general[-2:]) or _tail(err) or f"srun exited {rc}"
+        # srun -v is chatty: its informational lines explain nothing when it failed
+        general = ("; ".join(parsed.general[-2:]) or (_tail(err) if rc != 0 else "")
+                   or f"srun exited {rc}")
         for n in ready:
             doc = parsed.docs.get(n)
             if doc is not None:

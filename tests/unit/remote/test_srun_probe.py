@@ -64,8 +64,8 @@ def test_srun_argv_one_step_bounded_and_quoted() -> None:
                      since={"h100-1": "journal:s=abc;i=1"}, frameworks=False)
     head = argv[: argv.index("/usr/bin/env")]
     assert head == ["srun", "-p", "h100", "-N", "2", "-w", "h100-1,h100-3",
-                    "--ntasks-per-node=1", "-I5", "-l", "-k", "-J", "fleet-probe-x", "-t", "2",
-                    "--chdir=/tmp", "--export=NONE"]
+                    "--ntasks-per-node=1", "-I5", "-l", "-v", "-k", "-J", "fleet-probe-x",
+                    "-t", "2", "--chdir=/tmp", "--export=NONE"]
     env, path, python, dash_c, code, arg = argv[len(head):]
     assert (env, python, dash_c) == ("/usr/bin/env", "python3", "-c")
     assert path.startswith("PATH=/usr/local/sbin:")
@@ -111,6 +111,12 @@ def label(task: int, text: str, piece: int = 1024) -> list[str]:
     return out
 
 
+def launched(*nodes: str, step: str = "StepId=41.0") -> str:
+    """srun -v's own lines saying which node runs which task (task i on nodes[i])."""
+    return "".join(f"srun: launching {step} on host {n}, 1 tasks: {i}\n"
+                   for i, n in enumerate(nodes))
+
+
 @pytest.fixture(scope="module")
 def two_nodes() -> dict[str, str]:
     return {"n1": run_wrapper("n1"), "n2": run_wrapper("n2")}
@@ -119,7 +125,7 @@ def two_nodes() -> dict[str, str]:
 def test_parser_reassembles_interleaved_tasks(two_nodes: dict[str, str]) -> None:
     a, b = label(0, two_nodes["n1"]), label(1, two_nodes["n2"])
     mixed = [x for pair in zip(a, b, strict=False) for x in pair] + a[len(b):] + b[len(a):]
-    res = parse_srun_output("\n".join(mixed) + "\n", "")
+    res = parse_srun_output("\n".join(mixed) + "\n", launched("n1", "n2"))
     assert res.errors == {} and set(res.docs) == {"n1", "n2"}
     assert res.tasks == {0: "n1", 1: "n2"}
     direct = json.loads(subprocess.run(
@@ -143,7 +149,8 @@ def test_parser_names_what_went_wrong_per_node(two_nodes: dict[str, str]) -> Non
     good = label(0, two_nodes["n1"])
     cut = label(1, two_nodes["n2"])[:2]  # begin and one piece, then the task died
     stdout = "\n".join(good + cut + ["2: FLEET-PROBE n3 begin"]) + "\n"
-    stderr = (
+    stderr = launched("n1", "n2", "n3") + (
+        "srun: jobid 41: nodes(3):`n[1-3]', cpu counts: 1(x3)\n"
         "2: Traceback (most recent call last):\n"
         "2:   File \"hostprobe.py\", line 1, in <module>\n"
         "2: MemoryError\n"
@@ -164,7 +171,7 @@ def test_parser_missing_piece_and_garbage() -> None:
     stdout = (f"0: {TAG} a begin\n0: {TAG} a 0 {enc}\n0: {TAG} a end 1\n"
               f"1: {TAG} b begin\n1: {TAG} b 1 xx\n1: {TAG} b end 2\n"
               "1: something else the node printed\nno label at all\n")
-    res = parse_srun_output(stdout)
+    res = parse_srun_output(stdout, launched("a", "b"))
     assert res.docs == {}
     assert res.errors["a"].startswith("output unreadable")
     assert res.errors["b"] == "output incomplete (1 of 2 piece(s))"
@@ -190,7 +197,8 @@ class FakeExec:
 
 
 def test_not_ready_nodes_are_reported_never_sent_to_srun() -> None:
-    fx = FakeExec(SINFO, (0, "\n".join(label(0, run_wrapper("h100-1"))) + "\n", "", False))
+    fx = FakeExec(SINFO, (0, "\n".join(label(0, run_wrapper("h100-1"))) + "\n",
+                          launched("h100-1", "h100-3"), False))
     nodes = ["h100-1", "h100-2", "h100-4", "h100-9", "h100-3"]
     rep = srun_probe("h100", nodes, env={}, run=fx, plain=fx)
     srun = [c for c in fx.calls if c[0] == "srun"]
@@ -206,7 +214,7 @@ def test_not_ready_nodes_are_reported_never_sent_to_srun() -> None:
 
 
 def test_timeout_reports_every_node_and_cancels_the_job() -> None:
-    fx = FakeExec(SINFO, (124, "0: FLEET-PROBE h100-1 begin\n", "", True))
+    fx = FakeExec(SINFO, (124, "0: FLEET-PROBE h100-1 begin\n", launched("h100-1"), True))
     rep = srun_probe("h100", ["h100-1", "h100-3"], env={}, timeout_s=7, run=fx, plain=fx)
     for n in ("h100-1", "h100-3"):
         assert (rep.results[n].error or "").startswith("srun timed out after 7 s")
@@ -236,6 +244,8 @@ prog = args[args.index("--export=NONE") + 1:]
 open(os.environ["FAKE_LOG"], "a").write(
     os.environ.get("SLURM_CONF", "-") + " " + " ".join(args[:args.index("--export=NONE")]) + "\n")
 for task, node in enumerate(nodes):
+    if "-v" in args[:args.index("--export=NONE")]:
+        print(f"srun: launching StepId=7.0 on host {node}, 1 tasks: {task}", file=sys.stderr)
     env = {"SLURMD_NODENAME": node, "PATH": os.environ["PATH"]}
     p = subprocess.run(prog, env=env, capture_output=True, text=True)
     for line in p.stdout.splitlines():
@@ -314,10 +324,11 @@ def test_hygiene_run_via_slurm_probes_with_one_srun(fleet_cli: Any, tmp_path: Pa
 
 def test_parser_on_real_srun_output() -> None:
     """`srun -l` output captured on the lab's Slurm 22.05 (3 nodes, partition lab), as printed:
-    tests/data/srun/lab-3-nodes.stdout (the wrapper's lines were 800 characters then)."""
-    text = (Path(__file__).resolve().parents[2] / "data" / "srun"
-            / "lab-3-nodes.stdout").read_text()
-    res = parse_srun_output(text, "")
+    tests/data/srun/lab-3-nodes.stdout (the wrapper's lines were 800 characters then), and
+    `srun -v`'s launch lines from the same lab: lab-3-nodes.stderr."""
+    data = Path(__file__).resolve().parents[2] / "data" / "srun"
+    text = (data / "lab-3-nodes.stdout").read_text()
+    res = parse_srun_output(text, (data / "lab-3-nodes.stderr").read_text())
     assert res.errors == {} and res.general == []
     assert sorted(res.docs) == ["h1", "h2", "h3"]
     assert sorted(res.tasks.values()) == ["h1", "h2", "h3"]
@@ -327,3 +338,63 @@ def test_parser_on_real_srun_output() -> None:
         f = HostFacts.model_validate(doc)
         assert f.source == "nvml" and len(f.gpus) == 8, name
         assert f.identity is not None and f.identity.hostname == f"lab-{name}"
+
+
+# ------------------------------------------------- a node speaks for itself only (issue 32)
+def _doc_lines(task: int, node: str, doc: dict[str, Any], k: int = 300) -> list[str]:
+    """What a task would print for `doc` under the name `node` (genuine or not)."""
+    import zlib
+
+    d = base64.b64encode(zlib.compress(json.dumps(doc).encode())).decode()
+    parts = [d[i:i + k] for i in range(0, len(d), k)]
+    return ([f"{task}: {TAG} {node} begin"]
+            + [f"{task}: {TAG} {node} {i} {x}" for i, x in enumerate(parts)]
+            + [f"{task}: {TAG} {node} end {len(parts)}"])
+
+
+def _facts(driver: str, ecc: int) -> dict[str, Any]:
+    return {"schema": 1, "source": "nvml", "versions": {"driver_library": driver},
+            "gpu_count": 2, "gpus": [{"index": i, "uuid": f"GPU-{i}",
+                                      "ecc_aggregate_uncorrected": ecc} for i in range(2)]}
+
+
+def test_a_node_cannot_forge_another_nodes_facts() -> None:
+    """gpu-07 (task 1) answers for itself, then again as gpu-01 in smaller pieces, overwriting
+    every piece gpu-01 sent: gpu-01 keeps its own facts, gpu-07's output is refused."""
+    stdout = "\n".join(_doc_lines(1, "gpu-07", _facts("580.95.05", 0))
+                       + _doc_lines(0, "gpu-01", _facts("580.95.05", 0))
+                       + _doc_lines(1, "gpu-01", _facts("999.1.1", 50000), k=40)) + "\n"
+    fx = FakeExec("gpu-01|idle|none\ngpu-07|idle|none\n",
+                  (0, stdout, launched("gpu-01", "gpu-07"), False))
+    rep = srun_probe("batch", ["gpu-01", "gpu-07"], env={}, run=fx, plain=fx)
+    f = rep.results["gpu-01"].value
+    assert f is not None and f.versions.driver_library == "580.95.05"
+    assert f.gpus[0].ecc_aggregate_uncorrected == 0
+    bad = rep.results["gpu-07"]
+    assert not bad.ok and bad.value is None
+    assert "gpu-07" in (bad.error or "") and "'gpu-01'" in (bad.error or "")
+
+
+def test_output_of_a_task_srun_did_not_announce_is_ignored() -> None:
+    """Without srun's own word on where a task ran (no `launching` line), nothing it printed
+    is believed, whatever node name it carries."""
+    stdout = "\n".join(_doc_lines(0, "gpu-01", _facts("580.95.05", 0))) + "\n"
+    res = parse_srun_output(stdout, "")
+    assert res.docs == {} and res.tasks == {}
+    assert res.general and "srun did not say which node ran them" in res.general[0]
+    twice = launched("gpu-01") + "srun: launching StepId=41.0 on host gpu-02, 1 tasks: 0\n"
+    assert parse_srun_output(stdout, twice).docs == {}  # task 0 claimed by two nodes
+
+
+def test_a_bad_cursor_fails_its_node_alone() -> None:
+    """One node's malformed kernel-log cursor (host-supplied, kept in the history) fails that
+    node; the rest of the partition is probed, without it in the srun."""
+    out = "\n".join(label(0, run_wrapper("gpu-01"))) + "\n"
+    fx = FakeExec("gpu-01|idle|none\ngpu-07|idle|none\n", (0, out, launched("gpu-01"), False))
+    rep = srun_probe("batch", ["gpu-01", "gpu-07"], env={}, since={"gpu-07": "journal:x y"},
+                     run=fx, plain=fx)
+    assert rep.results["gpu-01"].ok and rep.results["gpu-01"].value is not None
+    assert not rep.results["gpu-07"].ok
+    assert "refusing kernel-log cursor 'journal:x y'" in (rep.results["gpu-07"].error or "")
+    [srun] = [c for c in fx.calls if c[0] == "srun"]
+    assert srun[srun.index("-w") + 1] == "gpu-01"
