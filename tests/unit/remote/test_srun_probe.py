@@ -325,7 +325,7 @@ def test_hygiene_run_via_slurm_probes_with_one_srun(fleet_cli: Any, tmp_path: Pa
 def test_parser_on_real_srun_output() -> None:
     """`srun -l` output captured on the lab's Slurm 22.05 (3 nodes, partition lab), as printed:
     tests/data/srun/lab-3-nodes.stdout (the wrapper's lines were 800 characters then), and
-    `srun -v`'s launch lines from the same lab: lab-3-nodes.stderr."""
+    what `srun -v` printed on stderr there (another run, same layout): lab-3-nodes.stderr."""
     data = Path(__file__).resolve().parents[2] / "data" / "srun"
     text = (data / "lab-3-nodes.stdout").read_text()
     res = parse_srun_output(text, (data / "lab-3-nodes.stderr").read_text())
