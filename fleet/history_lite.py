@@ -73,7 +73,8 @@ def file_head() -> str | None:
 _CURSORS = """
 SELECT h.name, s.id,
        CASE WHEN json_type(s.facts, '$.kernel_log.cursor') = 'text'
-            THEN json_extract(s.facts, '$.kernel_log.cursor') END
+            THEN json_extract(s.facts, '$.kernel_log.cursor') END,
+       json_type(s.facts, '$.kernel_log') = 'object'
 FROM hosts AS h
 JOIN snapshots AS s ON s.host_id = h.id
 JOIN (SELECT host_id, max(taken_at) AS taken_at FROM snapshots WHERE reachable = 1
@@ -81,6 +82,16 @@ JOIN (SELECT host_id, max(taken_at) AS taken_at FROM snapshots WHERE reachable =
   ON newest.host_id = s.host_id AND newest.taken_at = s.taken_at
 WHERE h.name IN ({names})
 ORDER BY h.name, s.id DESC
+"""
+# A host whose newest reachable snapshot holds no kernel-log read (a probe that reached the host
+# and failed, an imported capture) keeps the cursor of the newest one that does: the next probe
+# reads from there, never the whole boot again (`fleet.jobs.record.kernel_cursors` alike).
+_CURSOR_BEFORE = """
+SELECT CASE WHEN json_type(s.facts, '$.kernel_log.cursor') = 'text'
+            THEN json_extract(s.facts, '$.kernel_log.cursor') END
+FROM snapshots AS s JOIN hosts AS h ON h.id = s.host_id
+WHERE h.name = ? AND s.reachable = 1 AND json_type(s.facts, '$.kernel_log') = 'object'
+ORDER BY s.taken_at DESC, s.id DESC LIMIT 1
 """
 
 
@@ -119,10 +130,13 @@ def sqlite_cursors(db: str, hosts: Sequence[str]) -> dict[str, str | None] | Non
             part = names[i:i + _CHUNK]
             seen: set[str] = set()
             sql = _CURSORS.format(names=",".join("?" * len(part)))
-            for name, _id, cursor in conn.execute(sql, part):
+            for name, _id, cursor, has_log in conn.execute(sql, part):
                 if name not in seen:
                     seen.add(name)
                     out[name] = cursor if isinstance(cursor, str) else None
+                    if not has_log:
+                        row = conn.execute(_CURSOR_BEFORE, (name,)).fetchone()
+                        out[name] = row[0] if row and isinstance(row[0], str) else None
     except sqlite3.Error:
         return None
     finally:

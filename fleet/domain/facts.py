@@ -179,6 +179,13 @@ class KernelLog(_Facts):
     since: str | None = None
     events: list[KernelEvent] | None = None
     truncated: int = 0
+    """Events read but not kept in `events` (the probe keeps every kind's latest, see
+    hostprobe.keep_events); `xid_counts` still counts them."""
+    xid_counts: dict[str, dict[str, int]] | None = None
+    """Xid events per PCI address and code over everything read since the cursor (None from a
+    probe that predates it: count `events` instead)."""
+    notes: dict[str, Any] = Field(default_factory=dict)
+    """What the read could not cover: a rotated file not found, bytes over the size limit."""
 
 
 class AerCounters(_Facts):

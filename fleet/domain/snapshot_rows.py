@@ -28,6 +28,12 @@ def _aer_totals(facts: HostFacts, pci: str | None) -> dict[str, int | None]:
 
 
 def _xid_counts(facts: HostFacts, gpu: GpuFacts) -> dict[str, int]:
+    """The GPU's Xid events by code since the last probe: the probe's counts over everything
+    it read (its event list may be cut, `KernelLog.truncated`), else its events counted."""
+    log = facts.kernel_log
+    if log is not None and log.xid_counts is not None and log.events is not None:
+        per = log.xid_counts.get(gpu.pci_bus_id or "") or {}
+        return {k: int(v) for k, v in sorted(per.items())}
     counts = Counter(
         str(e.xid)
         for e in facts.events()

@@ -23,6 +23,7 @@ Contract: nothing is raised for a fact that cannot be read; the field holds
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -33,6 +34,11 @@ import time
 PROBE_SCHEMA = 1
 MAX_EVENTS = 2000
 MAX_LOG_BYTES = 8 * 1024 * 1024
+MAX_LINE_CHARS = 8192
+"""Characters of one kernel-log line the parser reads; the rest of a longer line is ignored.
+The kernel's own records are at most 1 KiB (printk's LOG_LINE_MAX), a journal or syslog line
+a little more with its prefixes; a longer line is not a kernel message as printed, and cutting
+it keeps parsing linear in the size of the text whatever a host or a bundle sends."""
 CMD_TIMEOUT_S = 20.0
 
 # --------------------------------------------------------------------------------------------
@@ -194,21 +200,25 @@ def _aer_severity(word, qualifier):
 
 
 def _split_prefix(raw):
-    """Strip timestamp/facility/host prefixes; return (timestamp text or None, message)."""
-    rest = raw
+    """Strip timestamp/facility/host prefixes; return (timestamp text or None, message).
+
+    Matches at a moving position in the one string (never a copy of the rest per prefix
+    stripped), so a line of many prefixes costs time linear in its length."""
+    pos = 0
+    n = len(raw)
     stamps = []
     changed = True
-    while changed and rest and _TS_ANY.match(rest):
+    while changed and pos < n and _TS_ANY.match(raw, pos):
         changed = False
         for rx in _TS_PREFIXES:
-            m = rx.match(rest)
-            if m:
+            m = rx.match(raw, pos)
+            if m and m.end() > pos:
                 stamps.append(m.group(0).strip())
-                rest = rest[m.end() :]
+                pos = m.end()
                 changed = True
                 break
     stamp = " ".join(s for s in stamps if s and not s.endswith("kernel:")) or None
-    return stamp, rest
+    return stamp, raw[pos:] if pos else raw
 
 
 # A line that starts a kernel message of its own wherever it sits: an NVRM event line, any AER
@@ -230,6 +240,8 @@ def _lines(text):
     indentation common to every line (a log pasted into a ticket or mail, indented as a block)."""
     rows = []
     for lineno, raw in enumerate(text.splitlines(), 1):
+        if len(raw) > MAX_LINE_CHARS:
+            raw = raw[:MAX_LINE_CHARS]  # see MAX_LINE_CHARS
         if raw[:1] in (">", " ", "\t"):
             m = _QUOTE.match(raw)
             if m:
@@ -1066,8 +1078,157 @@ def current_boot(data):
     return data[data.rfind(b"\n", 0, last.start()) + 1 :]
 
 
+KERN_LOG = "/var/log/kern.log"
+ROTATED_SUFFIXES = (".1", ".0", "-old")
+"""Where logrotate (".1"), newsyslog (".0") and some hand-made rotations leave the file a cursor
+points into; a compressed rotation (".2.gz") is never the one just rotated (delaycompress)."""
+DMESG_ANCHOR_LINES = 5
+"""Lines of un-timestamped dmesg output a cursor fingerprints to find where the last probe
+stopped (one line alone repeats too often: the same Xid, printed twice)."""
+
+
+def _file_cursor(since):
+    """(inode, offset) of a "file:INODE:OFFSET" cursor; ValueError when malformed."""
+    _, ino, off = since.split(":")
+    ino, off = int(ino), int(off)
+    if ino < 0 or off < 0:
+        raise ValueError(since)
+    return ino, off
+
+
+def _read_from(p, start, limit=None):
+    """Whole lines of file `p` from byte `start` to its last newline, at most the last `limit`
+    (MAX_LOG_BYTES) bytes: (bytes, offset after them, bytes skipped over the limit)."""
+    limit = MAX_LOG_BYTES if limit is None else limit
+    with open(p, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        begin = max(start, size - limit)
+        partial = begin > start and begin > 0
+        f.seek(begin - 1 if partial else begin)
+        data = f.read(size - begin + (1 if partial else 0))
+    end = begin + len(data) - (1 if partial else 0)
+    if partial:  # started inside a line (over the limit): the first whole line follows a newline
+        data = data.split(b"\n", 1)[1] if b"\n" in data else b""
+    cut = data.rfind(b"\n") + 1
+    if cut < len(data) and cut > 0:  # a line still being written: the next probe reads it whole
+        end -= len(data) - cut
+        data = data[:cut]
+    return data, end, begin - start
+
+
+def _rotated_tail(h, ino, off):
+    """The unread end of the file a cursor points into, once logrotate renamed it (same inode
+    under a rotated name): (bytes, name) or (None, None) when no rotated file has that inode."""
+    for suffix in ROTATED_SUFFIXES:
+        p = h.path(KERN_LOG + suffix)
+        try:
+            st = os.stat(p)
+        except OSError:
+            continue
+        if st.st_ino == ino and st.st_size >= off:
+            data, _, _ = _read_from(p, off)
+            return data, KERN_LOG + suffix
+    return None, None
+
+
+def read_kern_file(h, since):
+    """kern.log since a "file:INODE:OFFSET" cursor: (text, cursor, notes).
+
+    The cursor is the inode and byte offset of the end of what was read, so a probe reads each
+    line once: after a rotation (a new inode) the rotated file (same inode, new name) is read
+    from the offset to its end first, then the new file from its start; a file truncated in
+    place (copytruncate: same inode, shorter) is read from its start. Without a cursor only the
+    current boot is read. Notes say what could not be read ("rotated_tail_missing", bytes over
+    MAX_LOG_BYTES skipped).
+    """
+    p = h.path(KERN_LOG)
+    st = os.stat(p)
+    notes = {}
+    head = b""
+    start = 0
+    if since is not None:
+        ino, off = since
+        if ino == st.st_ino:
+            start = off if off <= st.st_size else 0
+            if off > st.st_size:
+                notes["truncated_in_place"] = True
+        else:
+            head, name = _rotated_tail(h, ino, off)
+            if head is None:
+                notes["rotated_tail_missing"] = True
+                head = b""
+            else:
+                notes["rotated_from"] = name
+    data, end, skipped = _read_from(p, start)
+    if skipped:
+        notes["skipped_bytes"] = skipped
+    if since is None:
+        data = current_boot(data)
+    return (head + data).decode("utf-8", "replace"), f"file:{st.st_ino}:{end}", notes
+
+
+def _dmesg_stamp(line):
+    m = re.match(r"\[\s*(\d+\.\d+)\]", line)
+    return float(m.group(1)) if m else None
+
+
+def _dmesg_anchor(lines):
+    tail = "\n".join(lines[-DMESG_ANCHOR_LINES:])
+    return hashlib.sha1(tail.encode("utf-8", "replace")).hexdigest()[:16]
+
+
+def dmesg_since(lines, boot, since):
+    """The dmesg lines after cursor `since` (None: all) and the new cursor.
+
+    With [seconds] stamps the cursor is the last stamp ("dmesg:BOOT:SECONDS"); a line without a
+    stamp goes with the stamped line before it. Without stamps (printk.time=0) it is the line
+    count and a fingerprint of the last lines ("dmesg:BOOT:@COUNT:SHA"): the buffer only grows
+    at its end and loses lines at its start, so the new lines follow the fingerprinted ones;
+    when they are gone (the ring buffer wrapped, `dmesg -c`) every line is new. A cursor of
+    another boot, or one that does not parse, reads the whole buffer.
+    """
+    stamps = [t for t in (_dmesg_stamp(ln) for ln in lines) if t is not None]
+    parts = (since or "").split(":")
+    same_boot = len(parts) >= 3 and parts[0] == "dmesg" and parts[1] == boot
+    if stamps:
+        cursor = f"dmesg:{boot}:{stamps[-1]:.6f}"
+        cut = None
+        if same_boot and not parts[2].startswith("@"):
+            try:
+                cut = float(parts[2])
+            except ValueError:
+                cut = None
+        if cut is not None:
+            kept, keep = [], False
+            for ln in lines:
+                t = _dmesg_stamp(ln)
+                if t is not None:
+                    keep = t > cut
+                if keep:
+                    kept.append(ln)
+            lines = kept
+        return lines, cursor
+    cursor = f"dmesg:{boot}:@{len(lines)}:{_dmesg_anchor(lines)}" if lines else since
+    if not same_boot or not parts[2].startswith("@") or len(parts) != 4:
+        return lines, cursor
+    try:
+        count = int(parts[2][1:])
+    except ValueError:
+        return lines, cursor
+    anchor = parts[3]
+    k = DMESG_ANCHOR_LINES
+    if len(lines) >= count and count and _dmesg_anchor(lines[:count]) == anchor:
+        return lines[count:], cursor  # nothing lost at the start: the common case
+    for end in range(len(lines), 0, -1):
+        if _dmesg_anchor(lines[max(0, end - k):end]) == anchor:
+            return lines[end:], cursor
+    return lines, cursor
+
+
 def read_kernel_log(h, since=None, mode="auto"):
-    """Events since `since` (a cursor this probe returned before) and the new cursor."""
+    """Events since `since` (a cursor this probe returned before) and the new cursor.
+
+    A cursor that does not parse is reported in `tried` and read as no cursor (this boot)."""
     kind = (since or "").split(":", 1)[0]
     boot = h.read("/proc/sys/kernel/random/boot_id")
     boot = boot.strip() if isinstance(boot, str) else ""
@@ -1097,67 +1258,78 @@ def read_kernel_log(h, since=None, mode="auto"):
                 text = text[: m.start()]
             return src, text, cursor, tried
         if src == "file":
-            path = "/var/log/kern.log"
-            p = h.path(path)
+            pos = None
+            if kind == "file":
+                try:
+                    pos = _file_cursor(since)
+                except ValueError:
+                    tried["cursor"] = err("bad_cursor", since[:100])
             try:
-                st = os.stat(p)
-                start = 0
-                if kind == "file":
-                    _, ino, off = since.split(":")
-                    if int(ino) == st.st_ino and int(off) <= st.st_size:
-                        start = int(off)
-                start = max(start, st.st_size - MAX_LOG_BYTES)
-                with open(p, "rb") as f:
-                    f.seek(start)
-                    data = f.read()
-                if start and not (kind == "file" and start == int(since.split(":")[2])):
-                    data = data.split(b"\n", 1)[-1]  # drop a partial first line
-                if kind != "file":
-                    data = current_boot(data)
-                return (
-                    src,
-                    data.decode("utf-8", "replace"),
-                    f"file:{st.st_ino}:{start + len(data) if start else len(data)}",
-                    tried,
-                )
-            except (OSError, ValueError) as e:
+                text, cursor, notes = read_kern_file(h, pos)
+            except OSError as e:
                 tried[src] = err("not_found" if isinstance(e, FileNotFoundError) else "os_error", e)
                 continue
+            if notes:
+                tried["notes"] = notes
+            return src, text, cursor, tried
         if src == "dmesg":
             r = h.run(["dmesg"])
             if is_err(r) or r[0] != 0:
                 tried[src] = r if is_err(r) else err("failed", r[2].strip()[:200])
                 continue
-            lines = r[1].splitlines()
-            last = 0.0
-            for ln in reversed(lines):
-                m = re.match(r"\[\s*(\d+\.\d+)\]", ln)
-                if m:
-                    last = float(m.group(1))
-                    break
-            if kind == "dmesg":
-                _, b, t = since.rsplit(":", 2)
-                if b == boot:
-                    cut = float(t)
-                    lines = [ln for ln in lines if _dmesg_after(ln, cut)]
-            return src, "\n".join(lines), f"dmesg:{boot}:{last:.6f}", tried
+            lines, cursor = dmesg_since(r[1].splitlines(), boot, since if kind == "dmesg" else None)
+            return src, "\n".join(lines), cursor, tried
     return None, "", since, tried
 
 
-def _dmesg_after(line, cut):
-    m = re.match(r"\[\s*(\d+\.\d+)\]", line)
-    return m is None or float(m.group(1)) > cut
+def _event_key(e):
+    return (e["kind"], e["pci"], e["xid"], e["severity"])
+
+
+def keep_events(events, limit=MAX_EVENTS):
+    """At most `limit` events, chosen so no kind of event disappears under a flood of another:
+    every (kind, GPU, Xid code, severity) keeps its latest events, the scarce ones whole, the
+    flood what room is left (a storm of Xid 13 never hides the one Xid 48). In log order."""
+    if len(events) <= limit:
+        return events
+    groups = {}
+    for i, e in enumerate(events):
+        groups.setdefault(_event_key(e), []).append(i)
+    room = limit
+    share = {}
+    pending = sorted(groups, key=lambda k: len(groups[k]))
+    while pending:
+        fair = max(1, room // len(pending))
+        k = pending.pop(0)
+        share[k] = min(len(groups[k]), fair, room)
+        room -= share[k]
+    keep = sorted(i for k, idx in groups.items() for i in idx[len(idx) - share[k]:])
+    return [events[i] for i in keep]
+
+
+def xid_counts(events):
+    """Xid events per GPU (PCI address) and code, over every event read: the counts the trend
+    records, whatever the event list kept."""
+    out = {}
+    for e in events:
+        if e["kind"] == "xid" and e["xid"] is not None and e["pci"] is not None:
+            per = out.setdefault(e["pci"], {})
+            per[str(e["xid"])] = per.get(str(e["xid"]), 0) + 1
+    return out
 
 
 def probe_kernel_log(h, since, mode):
     src, text, cursor, tried = read_kernel_log(h, since, mode)
-    out = {"source": src, "cursor": cursor, "since": since, "tried": tried}
+    notes = tried.pop("notes", {})
+    out = {"source": src, "cursor": cursor, "since": since, "tried": tried, "notes": notes}
     if src is None:
         out["events"] = err("no_kernel_log", ", ".join(sorted(tried)) or "disabled")
         return out
     events = parse_kernel_log(text)
-    out["truncated"] = max(0, len(events) - MAX_EVENTS)
-    out["events"] = events[-MAX_EVENTS:]
+    out["xid_counts"] = xid_counts(events)
+    kept = keep_events(events)
+    out["truncated"] = len(events) - len(kept)
+    out["events"] = kept
     return out
 
 

@@ -54,6 +54,24 @@ def test_stdlib_cursors_equal_kernel_cursors(tmp_path: Path) -> None:
     assert sqlite_cursors(db, []) == {}
 
 
+def test_a_failed_probe_keeps_the_last_good_cursor(tmp_path: Path) -> None:
+    """A probe that reached the host and failed stores no kernel-log read; the next probe goes
+    on from the last good cursor instead of reading the whole boot again (issue 31, 6)."""
+    db = str(tmp_path / "h.db")
+    names = ["failed", "imported", "failed-first"]
+    with open_history(db) as h:
+        _snap(h, "failed", 0, _cursor("good"))
+        _snap(h, "failed", 5, _cursor("better"))
+        _snap(h, "failed", 9, {"error": "probe failed: timed out after 120 s"})
+        _snap(h, "failed", 12, {"error": "probe failed again"})
+        _snap(h, "imported", 0, _cursor("probe"))
+        _snap(h, "imported", 3, {"source": "nvidia-smi-xml", "gpus": []})
+        _snap(h, "failed-first", 0, {"error": "probe failed"})
+        expected = kernel_cursors(h, names)
+    assert expected == {"failed": "better", "imported": "probe", "failed-first": None}
+    assert sqlite_cursors(db, names) == expected
+
+
 def test_stdlib_cursors_step_aside_when_unsure(tmp_path: Path) -> None:
     db = tmp_path / "h.db"
     with open_history(str(db)) as h:
