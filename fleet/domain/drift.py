@@ -6,6 +6,8 @@ because "could not verify" must never pass an audit.
 
 A host is conformant when
 - it was reachable and probed;
+- the running driver was read (NVML or /proc/driver/nvidia/version): a package alone says what
+  is installed, not what is loaded, so a host with no driver loaded is not conformant;
 - NVML, the loaded kernel module and the driver package name the same driver (three-way);
 - that driver is the one of an allowed release (`Matrix.allowed_releases`: every pool's golden
   plus `policy.allowed`) and not a blocked version;
@@ -135,6 +137,14 @@ def _driver_package_version(facts: HostFacts, names: Iterable[str]) -> str | Non
     return None
 
 
+def _unread_driver(facts: HostFacts) -> str:
+    """Why neither NVML nor the kernel module named the running driver."""
+    why = facts.versions.unreadable
+    return "; ".join(f"{what}: {why.get(key, 'not reported')}" for what, key in
+                     (("NVML", "driver_library"),
+                      ("/proc/driver/nvidia/version", "driver_kernel_module")))
+
+
 def audit_host(inp: DriftInput, matrix: Matrix) -> HostDrift:
     """One host's verdict against the matrix (its pool's golden and the allowed releases)."""
     pool = inp.pool
@@ -167,7 +177,14 @@ def audit_host(inp: DriftInput, matrix: Matrix) -> HostDrift:
         diffs.append(Difference(
             "driver (three-way)", ", ".join(f"{k} {x}" for k, x in seen.items()),
             "one version", "reboot if the package is newer than the loaded module"))
-    installed = kmod or lib or pkg
+    loaded = kmod or lib
+    if loaded is None:  # the package alone says what is installed, not what runs
+        diffs.append(Difference(
+            "driver (loaded)", "unknown (" + _unread_driver(facts) + ")",
+            golden.driver.version if golden else "a loaded golden driver",
+            "neither NVML nor /proc/driver/nvidia/version could be read: the running driver "
+            "cannot be verified"))
+    installed = loaded or pkg
     blocked = {b.version: b.reason for b in matrix.policy.blocked if b.component == "driver"}
     release: Release | None = None
     if installed is None:

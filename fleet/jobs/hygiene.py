@@ -15,8 +15,9 @@
    hosts of each pool, judged (`fleet.domain.judge.judge`, history baseline) against the pool's
    samples of the trailing weeks, then recorded as the baseline of later weeks.
 
-The report's `exit_code`: 0 clean; 1 problems found (drift, an unreachable host, a failing or
-quarantine-worthy trend, a proposal, a tripped breaker, a failed drain, a benchmark regression).
+The report's `exit_code`: 0 clean; 1 problems found (drift, an unreachable host, a failing
+health check, a failing or quarantine-worthy trend, a proposal, a tripped breaker, a failed
+drain, a benchmark regression).
 Errors that stop the job itself (history unusable, no hosts) raise `FleetError` (exit 3).
 """
 
@@ -28,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from fleet.domain.checks import Finding, expectations_for, run_checks
+from fleet.domain.checks import Finding, Severity, expectations_for, run_checks
 from fleet.domain.drift import DriftInput, HostDrift, audit, summarize
 from fleet.domain.facts import HostFacts
 from fleet.domain.matrix.models import Matrix
@@ -53,6 +54,8 @@ from fleet.jobs.hygiene_bench import Sizing, pool_benchmarks
 from fleet.jobs.record import kernel_cursors, record_snapshot
 
 DRAIN_MARK = "fleet-hygiene"
+VERSION_CHECKS = frozenset({"driver.agreement", "release.conformance", "packages.other_release"})
+"""Checks a host fails on purpose while a rollout moves it (between its apply and reboot)."""
 
 
 def default_judge() -> BenchJudge | None:
@@ -103,9 +106,18 @@ class HygieneReport:
         """Hosts a rollout (on any controller) is moving: reported, not counted as drift."""
         return [d for d in self.drift if not d.conformant and d.in_flight is not None]
 
+    def failing_checks(self) -> list[str]:
+        """This run's failing health checks, one line each. A host a rollout is moving is
+        expected to fail the version checks (its drift entry says so); its health checks count."""
+        moving = {d.host for d in self.in_flight}
+        return [f"{host}: {f.check}: {f.message}" for host, found in self.findings.items()
+                for f in found if f.severity == Severity.FAIL
+                and not (host in moving and f.check in VERSION_CHECKS)]
+
     def problems(self) -> list[str]:
         out = [f"{d.host}: " + ("; ".join(str(x) for x in d.differences))
                for d in self.non_conformant]
+        out += self.failing_checks()
         out += [f"{g.label}: {f.message}" for g in self.trends.gpus for f in g.flags
                 if f.severity == "fail" or f.quarantine]
         out += self.quarantine.alerts()
