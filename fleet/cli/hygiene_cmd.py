@@ -106,16 +106,10 @@ def run(
     loaded = load_matrix(matrix, today=date.today())
     hosts: list[str] | None = None
     if sim is not None:
-        from fleet.domain.selection import limit_problems, select
         from fleet.sim import SimFleet
 
         backend: Any = SimFleet.build(loaded.matrix, n_hosts=sim, seed=seed)
-        if limit:  # the same selection as an inventory's: pools (groups) or host-name globs
-            refs = backend.hosts()
-            wrong = limit_problems(limit, refs)
-            if wrong:
-                raise BadInput([Problem(None, None, "--limit", why) for why in wrong])
-            hosts = [r.name for r in select(limit, refs)]
+        hosts = _selected(limit, backend)
         sched = make_scheduler(scheduler, sim=backend)
     else:
         from fleet.remote.backend import SshBackend
@@ -133,8 +127,10 @@ def run(
                 raise BadInput.single(str(exc), field="--partition") from exc
             except SlurmUnavailable as exc:
                 raise CouldNotComplete(str(exc)) from exc
-        else:
-            backend = SshBackend(inventory, limit=limit)
+        else:  # the whole inventory: pool sizes and open quarantines count every host of a
+            # pool; --limit selects the hosts audited (and the only ones quarantine may drain)
+            backend = SshBackend(inventory)
+            hosts = _selected(limit, backend)
         sched = make_scheduler(scheduler)
     now = datetime.now(UTC)
     try:
@@ -161,6 +157,20 @@ def run(
     if problems:
         raise ProblemsFound(f"{len(problems)} problem(s): " + "; ".join(problems[:5])
                             + (" ..." if len(problems) > 5 else ""))
+
+
+def _selected(limit: list[str] | None, backend: Any) -> list[str] | None:
+    """The names --limit selects (pools, groups or host-name globs), None without one; a value
+    that selects nothing is bad input, never silently dropped."""
+    if not limit:
+        return None
+    from fleet.domain.selection import limit_problems, select
+
+    refs = backend.hosts()
+    wrong = limit_problems(limit, refs)
+    if wrong:
+        raise BadInput([Problem(None, None, "--limit", why) for why in wrong])
+    return [r.name for r in select(limit, refs)]
 
 
 def _check_bench_options(bench_samples: int | None, diag_level: int | None) -> None:

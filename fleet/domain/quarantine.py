@@ -11,6 +11,10 @@ automatically, the proposals are kept for a human and the run alerts, because ma
 usually mean a broken monitor or a bad driver, not bad hardware. Below the trip point, hosts
 already in quarantine count against the same budget, so repeated runs cannot creep past it;
 proposals over the remaining budget are deferred, not applied.
+
+A pool under 1/share hosts (under 10 at 10%) has a budget of 0: its proposals always wait for a
+human. One proposal there is deferred, not a tripped breaker: one fault is not "mass faults",
+and an alert that blames the monitor for it would be wrong. Two or more trip it as usual.
 """
 
 from __future__ import annotations
@@ -138,7 +142,7 @@ def propose(
         size = pool_sizes.get(pool, 0)
         limit = limit_for(size, max_share)
         held = already_by_pool.get(pool, 0)
-        tripped = len(new) > limit
+        tripped = len(new) > max(limit, 1)  # one fault is never "mass faults"
         if tripped:
             for p in new:
                 p.decision = "held_by_breaker"

@@ -9,8 +9,8 @@ questions other controllers ask of it, and is kept apart so that module stays sm
 - `preempt`: a forced `fleet rollback` takes the lock of the rollouts that cover its pools, so
   their controllers stop at their next step (`LockLost`, naming who and why);
 - `check_lock`: the fence a controller passes before it touches a host;
-- `in_flight_hosts`: the hosts an unfinished rollout is moving (the audit does not call them
-  drifted).
+- `in_flight_hosts`: the hosts an unfinished rollout with a live lock is moving (the audit
+  does not call them drifted).
 
 On PostgreSQL the rollout row is read `FOR UPDATE` (and a start takes a transaction-scoped
 advisory lock), so two controllers never both see a pool free; SQLite's BEGIN IMMEDIATE
@@ -37,6 +37,8 @@ _PG_START_LOCK = 0x666C_7472  # "fltr": one key serialises rollout starts across
 
 
 CONTROLLER_ENV = "FLEET_CONTROLLER"
+STALE_AFTER_S = 300.0
+"""A lock whose heartbeat is older is stale (the rollout engine's default `stale_after_s`)."""
 
 
 def controller_name() -> str:
@@ -183,15 +185,21 @@ def release(history: History, rollout_ids: Iterable[int], owner: str, pid: int) 
                 s.add(ro)
 
 
-def in_flight_hosts(history: History, hosts: Iterable[str] | None = None) -> dict[str, str]:
+def in_flight_hosts(history: History, hosts: Iterable[str] | None = None, *,
+                    wall: dt.datetime, stale_after_s: float) -> dict[str, str]:
     """Hosts an unfinished rollout is moving (a step started, not ended): host -> what, e.g.
     `rollout 7 wave 2 (h100): applying`. Planned hosts have not moved; ended ones are judged
-    like any other."""
+    like any other.
+
+    Only while the rollout's lock is live: held, with a heartbeat at most `stale_after_s` old at
+    `wall` (the real clock the heartbeats are written with). A rollout whose controller died, or
+    that nobody runs (a free lock), moves nothing: its half-moved hosts are judged as drift."""
     wanted = set(hosts) if hosts is not None else None
+    beat = require_aware(wall, "wall")
     from fleet.history.models import Wave
 
     stmt = (select(Host.name, HostStep.rollout_id, HostStep.state,  # type: ignore[call-overload]
-                   Wave.index, Wave.pool)
+                   Wave.index, Wave.pool, Rollout.lock_owner, Rollout.lock_heartbeat)
             .join(HostStep, col(HostStep.host_id) == col(Host.id))
             .join(Wave, col(Wave.id) == col(HostStep.wave_id))
             .join(Rollout, col(Rollout.id) == col(HostStep.rollout_id))
@@ -200,4 +208,14 @@ def in_flight_hosts(history: History, hosts: Iterable[str] | None = None) -> dic
     with history.read() as s:
         rows = s.exec(stmt).all()
     return {name: f"rollout {rid} wave {idx} ({pool}): {state}"
-            for name, rid, state, idx, pool in rows if wanted is None or name in wanted}
+            for name, rid, state, idx, pool, owner, heartbeat in rows
+            if (wanted is None or name in wanted)
+            and lock_live(owner, heartbeat, beat, stale_after_s)}
+
+
+def lock_live(owner: str | None, heartbeat: dt.datetime | None, wall: dt.datetime,
+              stale_after_s: float) -> bool:
+    """A lock a controller holds and refreshed within `stale_after_s` of `wall`."""
+    if owner is None or heartbeat is None:
+        return False
+    return (wall - _aware(heartbeat)).total_seconds() <= stale_after_s

@@ -46,7 +46,7 @@ from fleet.history import (
     os_actor,
     record_event,
 )
-from fleet.history.controllers import in_flight_hosts
+from fleet.history.controllers import STALE_AFTER_S, in_flight_hosts
 from fleet.jobs.hygiene_bench import BENCH_NAME as BENCH_NAME
 from fleet.jobs.hygiene_bench import BenchJudge as BenchJudge
 from fleet.jobs.hygiene_bench import PoolBenchmark as PoolBenchmark
@@ -183,11 +183,15 @@ def run_hygiene(
     judge: BenchJudge | Literal["default"] | None = "default",
     actor: str | None = None,
     progress: Callable[[str], None] | None = None,
+    wall: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+    stale_after_s: float = STALE_AFTER_S,
 ) -> HygieneReport:
     """Run the weekly hygiene job once (see the module docstring).
 
     The benchmark's hosts per pool, baseline weeks, samples per side and dcgmi level default to
-    the matrix's `hygiene:` settings; the arguments override them (the CLI's options).
+    the matrix's `hygiene:` settings; the arguments override them (the CLI's options). `wall` is
+    the real clock rollout heartbeats are compared with (a host is in flight only while its
+    rollout's lock is live: heartbeat at most `stale_after_s` old).
     """
     if now.tzinfo is None:
         raise ValueError("now must be timezone-aware (UTC)")
@@ -206,7 +210,7 @@ def run_hygiene(
     # 1. probe and record; hosts a rollout moves before or during the probe are in flight
     say(f"probing {len(refs)} host(s)")
     names = [r.name for r in refs]
-    moving = in_flight_hosts(history, names)
+    moving = in_flight_hosts(history, names, wall=wall(), stale_after_s=stale_after_s)
     answers = backend.probe(names, since=kernel_cursors(history, names))
     inputs: list[DriftInput] = []
     findings: dict[str, list[Finding]] = {}
@@ -230,21 +234,23 @@ def run_hygiene(
 
     # 2. drift
     say("auditing drift")
-    moving.update(in_flight_hosts(history, names))
+    moving.update(in_flight_hosts(history, names, wall=wall(), stale_after_s=stale_after_s))
     drift = audit([replace(i, in_flight=moving.get(i.host)) for i in inputs], matrix)
 
     # 3. trends
     say("reading trends from the history")
     since = now - dt.timedelta(seconds=settings.lookback_s)
-    trends = analyze(
-        iter_gpu_series(history, since=since, until=now,
-                        hosts=[r.name for r in refs] if hosts is not None else None),
+    trends = analyze(  # the audited hosts only: a host gone from the inventory (RMA'd) or
+        # outside the selection is never proposed, let alone drained
+        iter_gpu_series(history, since=since, until=now, hosts=names),
         now=now.timestamp(), thresholds=th, settings=settings)
 
     # 4. quarantine
     open_rows = list_quarantines(history)
     open_names = [h.name for _q, h in open_rows]
-    plan = propose(trends.hosts(), Counter(pools.values()), max_share=th.quarantine_max_share,
+    audited = set(names)
+    plan = propose([replace(t, pool=pools[t.host]) for t in trends.hosts() if t.host in audited],
+                   Counter(pools.values()), max_share=th.quarantine_max_share,
                    already_quarantined=open_names, host_pools=pools)
     for alert in plan.alerts():
         record_event(history, "hygiene.breaker", "", alert,

@@ -9,13 +9,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fleet.domain.checks import expectations_for, run_checks
 from fleet.domain.drift import DriftInput, audit_host
 from fleet.domain.facts import HostFacts
 from fleet.errors import ExitCode
 from fleet.history import open_history
 from fleet.jobs.hygiene import run_hygiene
-from tests.unit.hygiene.fakes import NOW, FakeBackend, FakeHost, FakeScheduler, example_matrix, fleet
+from tests.unit.hygiene.fakes import (
+    NOW,
+    FakeBackend,
+    FakeHost,
+    FakeScheduler,
+    example_matrix,
+    fleet,
+)
 
 
 def _doc(host: FakeHost) -> dict[str, Any]:

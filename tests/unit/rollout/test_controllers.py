@@ -97,7 +97,7 @@ def test_forced_rollback_preempts_and_the_engine_touches_no_host(matrix: Matrix,
     assert ro is not None and ro.status == "paused" and ro.lock_owner == "ops@laptop"
     kinds = [ev.kind for ev in rollout_events(rig.history, rid)]
     assert "rollout.preempt" in kinds and kinds[-1] == "rollout.lock.lost"
-    moving = in_flight_hosts(rig.history)
+    moving = in_flight_hosts(rig.history, wall=_wall(), stale_after_s=300)
     assert moving and all(v.startswith(f"rollout {rid} wave 1 (h100-canary): ") for v in
                           moving.values())
     release(rig.history, [rid], "ops@laptop", 99)
@@ -105,7 +105,7 @@ def test_forced_rollback_preempts_and_the_engine_touches_no_host(matrix: Matrix,
     assert holders(rig.history, ["h100-canary"])[0].owner is None  # still holds the pool
     res = rig.engine(pid=3000).resume(rid)  # another controller continues it
     assert res.status == "completed", res.reason
-    assert in_flight_hosts(rig.history) == {}
+    assert in_flight_hosts(rig.history, wall=_wall(), stale_after_s=300) == {}
     assert not rig.problems(rid)
 
 
