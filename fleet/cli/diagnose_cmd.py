@@ -90,7 +90,8 @@ def collect(
     host: Annotated[str, typer.Argument(help="The host, as the inventory names it.")],
     inventory: Annotated[Path, typer.Option(
         "--inventory", "-i", envvar="FLEET_INVENTORY", help="pyinfra inventory file.")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="Folder to write the bundle to.")],
+    output: Annotated[Path, typer.Option(
+        "--output", "-o", help="Folder to write the bundle to: a new or empty one.")],
     seconds: Annotated[int, typer.Option(
         "--seconds", min=1, max=600, help="Sample the GPUs and CPUs this long.")] = 10,
     json_out: Annotated[bool, typer.Option("--json", help="JSON on stdout.")] = False,
@@ -100,9 +101,10 @@ def collect(
 
     Exit 0 when written, 2 on bad input, 3 when the host could not be reached.
     """
-    from fleet.jobs.diagnose import write_bundle
+    from fleet.jobs.diagnose import bundle_folder, write_bundle
     from fleet.remote.bundle import collect_host
 
+    bundle_folder(output, create=False)  # a folder that holds something: refused before SSH
     with console.status(f"collecting from {host} ({seconds} s of sampling)"):
         files = collect_host(inventory, host, seconds)
     written = write_bundle(files, output)

@@ -15,7 +15,8 @@ from typing import Any
 from fleet.domain.diagnose.bundle import BUNDLE_FILES, evidence
 from fleet.domain.diagnose.model import Diagnosis
 from fleet.domain.diagnose.questions import diagnose
-from fleet.errors import BadInput
+from fleet.errors import BadInput, CouldNotComplete
+from fleet.local_files import create_file, fresh_folder
 
 MAX_FILE_BYTES = 64 << 20
 """A bundle file larger than this is not a capture (a kernel log of a month is ~10 MiB)."""
@@ -78,16 +79,26 @@ def diagnose_live(inventory: Path, host: str, seconds: int = 10) -> DiagnoseResu
                           round(time.monotonic() - start, 1))
 
 
+def bundle_folder(out: Path, *, create: bool = True) -> Path:
+    """The folder a bundle goes to: new, or empty. A folder holding files is refused (an older
+    capture left there would be read as this host's, now), and so is a symlink. `create=False`
+    checks only (before collecting: a host that cannot be reached leaves no folder)."""
+    return fresh_folder(out, field="--output", create=create)
+
+
 def write_bundle(files: Mapping[str, str], out: Path) -> list[Path]:
-    """Write a collected bundle (exactly the files collected, nothing else)."""
-    if out.exists() and not out.is_dir():
-        raise BadInput.single("exists and is not a folder", file=str(out), field="--output")
-    out.mkdir(parents=True, exist_ok=True)
+    """Write a collected bundle (exactly the files collected, nothing else) into a new or empty
+    folder; each file is created, never opened as found (no symlink followed)."""
+    bundle_folder(out)
     written = []
     for name, text in sorted(files.items()):
         if name not in BUNDLE_FILES:
             continue
         p = out / name
-        p.write_text(text)
+        try:
+            create_file(p, text)
+        except OSError as exc:
+            raise CouldNotComplete(f"cannot write the bundle: {exc.strerror}",
+                                   file=str(p)) from None
         written.append(p)
     return written
