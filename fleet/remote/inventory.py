@@ -28,10 +28,12 @@ import sys
 import types
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from fleet.domain.names import CONNECTOR_NAME_RE, name_problem
+from fleet.domain.secrets import scrub, secret_values, shown
 from fleet.errors import BadInput, Problem
 
 # Host data whose value is a name that reaches a tool: the pool (limits, history, labels) and the
@@ -194,6 +196,8 @@ def _group_data_file(group: str, folders: list[Path]) -> Path | None:
 
 
 def _differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
+    """`key value vs value` for each key whose values differ; a secret-looking key's values
+    (passwords, passphrases, tokens, keys) are masked, at any depth."""
     out = []
     for key in sorted(set(a) & set(b)):
         try:
@@ -201,7 +205,7 @@ def _differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
         except Exception:
             same = False
         if not same:
-            out.append(f"{key} {a[key]!r} vs {b[key]!r}")
+            out.append(f"{key} {shown(key, a[key])} vs {shown(key, b[key])}")
     return out
 
 
@@ -262,7 +266,17 @@ def check_inventory(inventory: Any, *, file: Path | None, source: str,
     if not problems and len(inventory) == 0:
         problems.append(Problem(where_file, None, field,
                                 f"the inventory {source!r} defines no hosts"))
+    secrets = _secrets(inventory, listings)
+    problems = [replace(p, message=scrub(p.message, secrets)) for p in problems]
     return sorted(set(problems), key=lambda p: (p.file or "", p.line or 0, p.message))
+
+
+def _secrets(inventory: Any, listings: Mapping[str, list[Occurrence]]) -> set[str]:
+    """Every secret-looking value of the inventory's data: never printed in a message."""
+    found = {s for seen in listings.values() for _g, data in seen for s in secret_values(data)}
+    for host in inventory:
+        found.update(secret_values(host.data.dict()))
+    return found
 
 
 def load_inventory_file(path: str | Path) -> Any:
