@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from fleet.cli.output import console, emit_json, esc
-from fleet.errors import BadInput, ProblemsFound
+from fleet.errors import BadInput, Problem, ProblemsFound
 
 if TYPE_CHECKING:  # pydantic models: imported by the commands that parse a capture
     from fleet.domain.checks import Finding
@@ -128,6 +128,33 @@ def parse(
         raise ProblemsFound(f"failing checks in {', '.join(str(x) for x in failed)}")
 
 
+def record_name(path: Path, claimed: str | None, host: str | None,
+                force: bool) -> str | Problem:
+    """The host name a capture is recorded under, or the problem with it.
+
+    `--host` when given, else the hostname the capture names, else the file's stem; whichever
+    it is must be a host name of the inventory's grammar (`fleet.domain.names`). A capture that
+    names another host than `--host` is refused unless `--force`: a bundle of gpu-99 must not
+    become gpu-01's latest facts by a slip of the command line."""
+    from fleet.domain.names import name_problem, same_host
+
+    if host is not None:
+        if claimed is not None and not same_host(claimed, host) and not force:
+            return Problem(str(path), None, "--host",
+                           f"the capture is of host {claimed!r}, not {host!r}: give --host "
+                           f"for the host it is of, or --force to record it under {host!r} "
+                           "anyway")
+        problem = name_problem("host", host)
+        return Problem(None, None, "--host", f"refusing {problem}") if problem else host
+    name, field = (claimed, "identity.hostname") if claimed is not None else (path.stem, None)
+    problem = name_problem("host", name)
+    if problem:
+        how = ("give --host NAME to record it under a valid name" if claimed is not None
+               else "rename the file or give --host NAME")
+        return Problem(str(path), None, field, f"refusing {problem}: {how}")
+    return name
+
+
 @app.command("import")
 def import_(
     ctx: typer.Context,
@@ -138,6 +165,8 @@ def import_(
                      "hostname, else the file name without extension). One file only."),
     ] = None,
     pool: Annotated[str | None, typer.Option("--pool", help="Pool of the host.")] = None,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Record under --host a capture that names another host.")] = False,
     json_out: JsonFlag = False,
 ) -> None:
     """Record captures in the history like a probe, for hosts SSH cannot reach.
@@ -157,15 +186,21 @@ def import_(
     parsed, problems = [], []
     for path in files:
         try:
-            parsed.append((path, facts_from_file(path)))
+            facts = facts_from_file(path)
         except BadInput as exc:
             problems.extend(exc.problems)
+            continue
+        name = record_name(path, (facts.identity.hostname or None) if facts.identity else None,
+                           host, force)
+        if isinstance(name, Problem):
+            problems.append(name)
+        else:
+            parsed.append((path, name, facts))
     if problems:
         raise BadInput(problems)
     out = []
     with open_history(settings(ctx).db) as history:
-        for path, facts in parsed:
-            name = host or (facts.identity.hostname if facts.identity else None) or path.stem
+        for path, name, facts in parsed:
             findings = run_checks(facts)
             snapshot = record_snapshot(history, name, facts, findings, taken_at=utcnow(),
                                        pool=pool)

@@ -90,7 +90,14 @@ def check_name(kind: NameKind, value: str) -> str:
     return value
 
 
+def same_host(a: str, b: str) -> bool:
+    """Whether two names can be one host: equal (case aside), or one is the other's first DNS
+    label (`gpu-01` and `gpu-01.dc1.example.com`); `gpu-01.dc1` and `gpu-01.dc2` are not."""
+    x, y = a.lower().rstrip("."), b.lower().rstrip(".")
+    return x == y or x == y.split(".")[0] or y == x.split(".")[0]
+
+
 __all__ = [
     "CONNECTOR_NAME_RE", "NAME_RE", "NODE_NAME_RE", "NameKind", "check_name", "is_valid",
-    "name_problem",
+    "name_problem", "same_host",
 ]
