@@ -10,82 +10,18 @@ reports do not queue behind the write lock.
 from __future__ import annotations
 
 import os
-import sqlite3
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, exc, make_url, text
 from sqlalchemy.engine import URL
-from sqlmodel import Session
 
 from fleet.errors import BadInput, CouldNotComplete
+from fleet.history.connection import READ_ONLY, History, sqlite_file, translate_errors
 from fleet.history_lite import BUSY_TIMEOUT_S, file_head
 
-_READ_ONLY = "fleet_read_only"
-
-
-@dataclass
-class History:
-    """An open history database. Use `write()` / `read()` for short transactions."""
-
-    engine: Engine
-    url: URL
-    created: Path | None = None
-    """The SQLite file this open created (None when it existed, or for a server): removed
-    again when the command fails before anything was recorded (`__exit__`)."""
-
-    @property
-    def dialect(self) -> str:
-        return self.engine.dialect.name
-
-    @property
-    def display_url(self) -> str:
-        """The URL with any password masked, for messages."""
-        return self.url.render_as_string(hide_password=True)
-
-    @contextmanager
-    def write(self) -> Iterator[Session]:
-        """A write transaction (BEGIN IMMEDIATE on SQLite), committed on success.
-
-        Keep it short: never hold it across SSH, sleeps or other slow work.
-        """
-        with translate_errors(self), Session(self.engine, expire_on_commit=False) as s, s.begin():
-            yield s
-
-    @contextmanager
-    def read(self) -> Iterator[Session]:
-        """A read-only transaction: does not take SQLite's write lock."""
-        ro = self.engine.execution_options(**{_READ_ONLY: True})
-        with translate_errors(self), Session(ro, expire_on_commit=False) as s, s.begin():
-            yield s
-
-    def close(self) -> None:
-        self.engine.dispose()
-
-    def __enter__(self) -> History:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, *_rest: object) -> None:
-        self.close()
-        if exc_type is not None:
-            self.discard_if_empty()
-
-    def discard_if_empty(self) -> None:
-        """Remove the file this open created when it holds no record (a command that failed on
-        bad input, after opening the history, leaves no database behind)."""
-        path, self.created = self.created, None
-        if path is None or not path.exists():
-            return
-        try:
-            empty = _holds_nothing(path)
-        except sqlite3.Error:
-            return
-        if empty:
-            for leftover in (path, *(Path(f"{path}{s}") for s in ("-wal", "-shm", "-journal"))):
-                leftover.unlink(missing_ok=True)
+__all__ = ["History", "at_head", "file_head", "open_history", "parse_target",
+           "translate_errors"]
 
 
 def parse_target(url_or_path: str) -> URL:
@@ -118,7 +54,7 @@ def open_history(url_or_path: str, *, migrate: bool = True, create: bool = True)
     created: Path | None = None
     if url.get_backend_name() == "sqlite":
         engine = _sqlite_engine(url)  # no I/O yet: connections are made on first use
-        path = _sqlite_file(url)
+        path = sqlite_file(url)
         if path is not None:
             created = _check_sqlite_path(Path(path), create=create)
     else:
@@ -127,6 +63,8 @@ def open_history(url_or_path: str, *, migrate: bool = True, create: bool = True)
     try:
         _probe_connection(history)
         if migrate and not at_head(history):
+            # alembic loads only when the schema is behind (a third of a second of start-up
+            # otherwise); `migrate` imports `connection`, never this module
             from fleet.history.migrate import upgrade_if_needed
 
             upgrade_if_needed(history)
@@ -151,37 +89,18 @@ def _check_sqlite_path(path: Path, *, create: bool) -> Path | None:
     return path if _create_private_file(path) else None
 
 
-def _holds_nothing(path: Path) -> bool:
-    """Whether a SQLite file has no row in any table but alembic's revision."""
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1)
-    try:
-        tables = [r[0] for r in conn.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' "
-            "AND name NOT LIKE 'sqlite_%' AND name != 'alembic_version'")]
-        return not any(conn.execute(f'SELECT 1 FROM "{t}" LIMIT 1').fetchone() for t in tables)
-    finally:
-        conn.close()
-
-
 def at_head(history: History) -> bool:
     """Whether the database is already at the migrations' head (cheap; False when unsure)."""
     head = file_head()
     if head is None:
         return False
     try:
-        ro = history.engine.execution_options(**{_READ_ONLY: True})  # no write lock
+        ro = history.engine.execution_options(**{READ_ONLY: True})  # no write lock
         with ro.connect() as conn:
             rows = conn.execute(text("SELECT version_num FROM alembic_version")).all()
     except exc.SQLAlchemyError:
         return False  # a new database: no alembic_version table yet
     return [r[0] for r in rows] == [head]
-
-
-def _sqlite_file(url: URL) -> str | None:
-    db = url.database
-    if not db or db == ":memory:" or db.startswith("file:"):
-        return None
-    return db
 
 
 def _create_private_file(path: Path) -> bool:
@@ -205,7 +124,7 @@ def _create_private_file(path: Path) -> bool:
 
 
 def _sqlite_engine(url: URL) -> Engine:
-    path = _sqlite_file(url)
+    path = sqlite_file(url)
     try:
         engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_S})
     except (exc.ArgumentError, exc.NoSuchModuleError) as e:
@@ -226,7 +145,7 @@ def _sqlite_engine(url: URL) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
-        if conn.get_execution_options().get(_READ_ONLY):
+        if conn.get_execution_options().get(READ_ONLY):
             conn.exec_driver_sql("BEGIN")
         else:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
@@ -254,30 +173,3 @@ def _probe_connection(history: History) -> None:
         pass
 
 
-@contextmanager
-def translate_errors(history: History) -> Iterator[None]:
-    """Database failures become `CouldNotComplete` naming the URL (password masked)."""
-    file = _sqlite_file(history.url) if history.dialect == "sqlite" else None
-    try:
-        yield
-    except exc.DatabaseError as e:  # OperationalError included
-        reason = _first_line(e.orig or e)
-        if file is not None and any(m in reason for m in _DAMAGED):
-            raise CouldNotComplete(
-                f"history database {file} is damaged or not a SQLite database ({reason}): "
-                "restore it from a backup, or move it away and give --db another file",
-                file=file, field="--db") from e
-        if isinstance(e, exc.OperationalError):
-            raise CouldNotComplete(f"history database {history.display_url}: {reason}",
-                                   file=file, field="--db") from e
-        raise
-
-
-_DAMAGED = ("not a database", "malformed", "disk image", "file is encrypted", "corrupt")
-"""SQLite's words for a file it cannot read as a database (truncated, overwritten, another
-file): reported naming the file, never as an internal error."""
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__

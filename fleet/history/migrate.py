@@ -4,6 +4,12 @@ Why not an `alembic.ini`: the scripts ship inside the package and must work from
 directory, for SQLite files and server URLs alike. Upgrades run inside one write transaction
 (BEGIN IMMEDIATE on SQLite, an advisory lock on PostgreSQL), so several processes opening a fresh
 database at once migrate it exactly once.
+
+On SQLite they run with foreign keys off: most ALTERs there rebuild the table (copy, DROP,
+rename), and with foreign keys on, the DROP of `hosts` would cascade into every snapshot, sample,
+finding and quarantine. The pragma only takes effect outside a transaction, so it is set on the
+connection before BEGIN and set back after; `PRAGMA foreign_key_check` then runs inside the
+transaction, and a migration that left a dangling reference is rolled back whole.
 """
 
 from __future__ import annotations
@@ -16,12 +22,12 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, create_engine, text
 from sqlmodel import SQLModel
 
 import fleet.history.models  # noqa: F401  (fills SQLModel.metadata)
 from fleet.errors import CouldNotComplete
-from fleet.history.engine import History, translate_errors
+from fleet.history.connection import History, translate_errors
 
 SCRIPT_LOCATION = "fleet.history:migrations"
 _PG_LOCK_KEY = 0x666C656574  # "fleet": serialises concurrent upgrades on one server
@@ -55,18 +61,52 @@ def upgrade_if_needed(history: History) -> bool:
 
 
 def upgrade(history: History, target: str = "head") -> bool:
-    """Run pending migrations under the write lock; True when the revision changed."""
-    with translate_errors(history), history.engine.begin() as conn:
-        if history.dialect == "postgresql":
-            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_LOCK_KEY})
-        before = MigrationContext.configure(conn).get_current_revision()
-        _check_known(before)
+    """Run pending migrations under the write lock; True when the revision changed. On SQLite
+    with foreign keys off, and their integrity checked before the commit."""
+    sqlite = history.dialect == "sqlite"
+    with translate_errors(history), history.engine.connect() as conn:
+        if sqlite:
+            _foreign_keys(conn, on=False)  # before BEGIN: inside a transaction it is a no-op
         try:
-            command.upgrade(alembic_config(conn), target)
-        except CommandError as e:
-            raise CouldNotComplete(f"history migration failed: {e}") from e
-        after = MigrationContext.configure(conn).get_current_revision()
+            with conn.begin():
+                if history.dialect == "postgresql":
+                    conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_LOCK_KEY})
+                before = MigrationContext.configure(conn).get_current_revision()
+                _check_known(before)
+                try:
+                    command.upgrade(alembic_config(conn), target)
+                except CommandError as e:
+                    raise CouldNotComplete(f"history migration failed: {e}") from e
+                after = MigrationContext.configure(conn).get_current_revision()
+                if sqlite:
+                    _check_references(conn, before, after)
+        finally:
+            if sqlite:
+                _foreign_keys(conn, on=True)  # the pooled connection goes back as it came
     return before != after
+
+
+def _foreign_keys(conn: Connection, *, on: bool) -> None:
+    """Set SQLite's foreign-key enforcement on the DBAPI connection itself: through
+    SQLAlchemy the statement would first open a transaction, where SQLite ignores it."""
+    raw = conn.connection.driver_connection
+    assert raw is not None
+    raw.execute(f"PRAGMA foreign_keys={'ON' if on else 'OFF'}")
+    (state,) = raw.execute("PRAGMA foreign_keys").fetchone()
+    if bool(state) is not on:
+        raise CouldNotComplete("history migration: SQLite did not turn foreign keys "
+                               f"{'on' if on else 'off'} (is a transaction open?)")
+
+
+def _check_references(conn: Connection, before: str | None, after: str | None) -> None:
+    """Every foreign key still points at a row; else the migration is rolled back."""
+    rows = conn.exec_driver_sql("PRAGMA foreign_key_check").all()
+    if rows:
+        tables = sorted({f"{r[0]} -> {r[2]}" for r in rows})
+        raise CouldNotComplete(
+            f"history migration {before or 'base'} -> {after}: {len(rows)} row(s) would "
+            f"reference rows that do not exist ({', '.join(tables)}); rolled back, the "
+            "database is unchanged")
 
 
 def schema_diff(history: History) -> list[Any]:
@@ -98,9 +138,14 @@ def new_revision(message: str, rev_id: str) -> None:
     """
     import tempfile
 
-    from fleet.history.engine import open_history
-
-    with tempfile.TemporaryDirectory() as tmp, open_history(f"{tmp}/head.db") as h, \
-            h.engine.begin() as conn:
-        command.revision(alembic_config(conn), message=message, autogenerate=True,
-                         rev_id=rev_id)
+    with tempfile.TemporaryDirectory() as tmp:
+        url = f"sqlite:///{tmp}/head.db"
+        engine = create_engine(url)
+        try:
+            history = History(engine=engine, url=engine.url)
+            upgrade(history)
+            with engine.begin() as conn:
+                command.revision(alembic_config(conn), message=message, autogenerate=True,
+                                 rev_id=rev_id)
+        finally:
+            engine.dispose()
