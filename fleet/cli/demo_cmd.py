@@ -156,11 +156,13 @@ def story_console(json_out: bool) -> Console:
     """Where the story goes: stdout (it is the command's output), or stderr beside `--json`
     (stdout holds the one JSON document). Never wrapped when it goes to a pipe or a file: a
     command cut in two lines cannot be pasted, and `grep` finds no line that was split."""
+    from fleet.cli.safe_console import SafeConsole
+
     if json_out:
-        return Console(stderr=True, highlight=False, emoji=False,
-                       soft_wrap=not console.is_terminal)
-    probe = Console(highlight=False, emoji=False)
-    return Console(highlight=False, emoji=False, soft_wrap=not probe.is_terminal)
+        return SafeConsole(stderr=True, highlight=False, emoji=False,
+                           soft_wrap=not console.is_terminal)
+    probe = SafeConsole(highlight=False, emoji=False)
+    return SafeConsole(highlight=False, emoji=False, soft_wrap=not probe.is_terminal)
 
 
 def invoked_as(argv0: str | None = None) -> str:

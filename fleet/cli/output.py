@@ -7,7 +7,9 @@ The operator contract (docs/exit-codes.md) is kept here and in `fleet.cli.app.ru
   command's own, or an error document written by `emit_error`);
 - user-supplied text (paths, host and pool names, reasons, values, messages from files) is
   never read as Rich markup or emoji codes: pass it through `esc`, or print a `Text`. Emoji
-  codes are off on both consoles (`:100:` in `m.yaml:100: ...` stays a line number).
+  codes are off on both consoles (`:100:` in `m.yaml:100: ...` stays a line number);
+- nor does it reach the terminal as control characters: both consoles are
+  `fleet.cli.safe_console.SafeConsole`, which prints ESC and its kin as U+FFFD.
 """
 
 from __future__ import annotations
@@ -45,9 +47,9 @@ class _LazyConsole:
     def _made(self) -> Console:
         made: Console | None = object.__getattribute__(self, "_console")
         if made is None:
-            from rich.console import Console
+            from fleet.cli.safe_console import SafeConsole
 
-            made = Console(**object.__getattribute__(self, "_options"))
+            made = SafeConsole(**object.__getattribute__(self, "_options"))
             object.__setattr__(self, "_console", made)
         return made
 

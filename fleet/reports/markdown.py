@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 from collections.abc import Mapping, Sequence
 from datetime import date, datetime
@@ -23,8 +24,16 @@ def render_json(report: Mapping[str, Any]) -> str:
     return json.dumps(report, default=_default, sort_keys=True, indent=2) + "\n"
 
 
+def _md(value: Any) -> str:
+    """Text from hosts and files as Markdown shows it: HTML escaped (Markdown renderers pass
+    raw HTML through, so `<img onerror=...>` in a host string would be live in a ticket or a
+    wiki), each line break a space (a newline would start a block of its own)."""
+    text = html.escape(str(value if value is not None else ""), quote=False)
+    return text.replace("\r", " ").replace("\n", " ")
+
+
 def _cell(value: Any) -> str:
-    return str(value if value is not None else "").replace("|", "\\|").replace("\n", " ")
+    return _md(value).replace("|", "\\|")
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
@@ -36,7 +45,7 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
 def render_markdown(report: Mapping[str, Any], worst: int = 20) -> str:
     s = report["summary"]
     d = s["drift"]
-    out = [f"# Fleet hygiene report, {report['generated_at']}", ""]
+    out = [f"# Fleet hygiene report, {_md(report['generated_at'])}", ""]
     status = "clean" if s["exit_code"] == 0 else f"{s['problems']} problem(s)"
     out += [
         f"**Status: {status}** (exit {s['exit_code']})", "",
@@ -46,13 +55,14 @@ def render_markdown(report: Mapping[str, Any], worst: int = 20) -> str:
         f"- GPUs analyzed: {s['gpus_analyzed']}; flagged {s['gpus_flagged']} on "
         f"{s['hosts_flagged']} host(s)",
         f"- Quarantine: {s['quarantine_proposed']} proposed, {s['quarantine_applied']} applied"
-        + (f"; **circuit breaker tripped: {', '.join(s['breakers_tripped'])}**"
+        + (f"; **circuit breaker tripped: {_md(', '.join(s['breakers_tripped']))}**"
            if s["breakers_tripped"] else ""),
-        "- Benchmark regressions: " + (", ".join(s["benchmark_regressions"]) or "none"), "",
+        "- Benchmark regressions: " + (_md(", ".join(s["benchmark_regressions"])) or "none"),
+        "",
     ]
     alerts = report["quarantine"]["alerts"]
     if alerts:
-        out += ["## Alerts", ""] + [f"- {a}" for a in alerts] + [""]
+        out += ["## Alerts", ""] + [f"- {_md(a)}" for a in alerts] + [""]
     out += ["## Drift (fails closed)", ""]
     bad = [x for x in report["drift"] if not x["conformant"]]
     if bad:
@@ -64,7 +74,7 @@ def render_markdown(report: Mapping[str, Any], worst: int = 20) -> str:
     behind = [x for x in report["drift"] if x["behind_golden"]]
     if behind:
         out += ["", f"{len(behind)} host(s) on an allowed release other than their golden: "
-                + ", ".join(f"{x['host']} ({x['release']})" for x in behind[:20])
+                + _md(", ".join(f"{x['host']} ({x['release']})" for x in behind[:20]))
                 + (" ..." if len(behind) > 20 else "")]
     t = report["trends"]
     out += ["", f"## Trends (last {t['window_weeks']} weeks)", ""]
@@ -98,7 +108,8 @@ def render_markdown(report: Mapping[str, Any], worst: int = 20) -> str:
                               b["already_quarantined"], "YES" if b["tripped"] else "no")
                              for b in q["breakers"]])]
     if q["applied"]:
-        out += ["", "Applied:", ""] + [f"- {a['host']}: {a['message']}" for a in q["applied"]]
+        out += ["", "Applied:", ""] + [f"- {_md(a['host'])}: {_md(a['message'])}"
+                                           for a in q["applied"]]
     elif q["proposals"] and not q["apply"]:
         out += ["", "Proposals only: rerun with `--apply-quarantine` to drain."]
     if q["open"]:
