@@ -176,18 +176,14 @@ def reflow(text: str) -> str:
     return "\n\n".join(out)
 
 
-def parse_command(argv: list[str], root: Any = None) -> tuple[str, ...]:
+def parse_command(argv: list[str], root: Any) -> tuple[str, ...]:
     """Parse `fleet ARGV...` as click would, without running anything (no callback, resilient
     parsing off): an unknown option, a missing required one or a bad value raises click's
-    usage error. Returns the path of the command it would run (`("rollout", "start")`)."""
+    usage error. Returns the path of the command it would run (`("rollout", "start")`).
+    `root` is the click command of the app (`typer.main.get_command(build_app())`): the caller
+    builds it, so this module never imports the app that imports it."""
     from typer.core import TyperGroup
 
-    if root is None:
-        import typer
-
-        from fleet.cli.app import build_app
-
-        root = typer.main.get_command(build_app())
     cmd = root
     ctx = cmd.make_context("fleet", list(argv), resilient_parsing=False)
     path: list[str] = []

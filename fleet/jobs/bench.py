@@ -12,7 +12,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from fleet.domain.judge_util import UTILIZATION
+from fleet.domain.judge.utilization import UTILIZATION
 from fleet.history import History, record_benchmark
 
 

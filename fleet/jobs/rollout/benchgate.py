@@ -12,7 +12,7 @@ from fleet.domain.gates import (
     from_judge,
 )
 from fleet.domain.judge import choose_baseline, judge
-from fleet.domain.judge_util import GPU_UTIL
+from fleet.domain.judge.utilization import GPU_UTIL
 from fleet.domain.matrix.models import RolloutSettings
 from fleet.history.rollouts import (
     StepRow,

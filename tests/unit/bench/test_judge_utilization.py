@@ -1,4 +1,5 @@
-"""The judge's third measurement: GPU utilization (fleet/domain/judge_util.py), golden numbers.
+"""The judge's third measurement: GPU utilization (fleet/domain/judge/utilization.py), golden
+numbers.
 
 A candidate whose GPUs idle while serving fails even when its latency is within bounds; missing
 utilization on one side is inconclusive, never a silent pass.
@@ -9,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from fleet.domain.judge import JudgeConfig, MetricSpec, default_spec, judge, parse_metric_flag
-from fleet.domain.judge_util import judge_utilization, utilization_spec
+from fleet.domain.judge.utilization import judge_utilization, utilization_spec
 
 LAT = MetricSpec("latency_ms", "lower", 0.05, kind="location")  # no tail checks: short lists
 BASE_LAT = [10.0 + 0.01 * (i % 7) for i in range(40)]

@@ -11,7 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import typer
 
+from fleet.cli.app import build_app
 from fleet.cli.demo_cmd import as_typed, invoked_as
 from fleet.cli.examples import parse_command
 
@@ -89,10 +91,11 @@ def test_every_suggested_command_works_as_printed(
         assert r.returncode == 0, (cmd, r.stderr)
         assert "Traceback" not in r.stderr
     assert any(str(folder / "fleet.db") in shlex.split(c) for c in look)
+    root = typer.main.get_command(build_app())
     for cmd in real:
         argv = shlex.split(cmd, comments=True)  # `# weekly, from cron`, as a shell reads it
         assert argv[0] == prog, cmd
-        parse_command(argv[1:])  # raises on an option the command does not have
+        parse_command(argv[1:], root)  # raises on an option the command does not have
 
 
 def test_invoked_as(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -41,16 +41,15 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy import stats
 
-from fleet.domain.judge import (
+from fleet.domain.judge.model import (
     MIN_SAMPLES,
     JudgeConfig,
     MetricSpec,
     MetricVerdict,
     Verdict,
-    _clean,
-    _pct,
-    decide_shift,
+    clean,
 )
+from fleet.domain.judge.rule import decide_shift, pct
 
 GPU_UTIL = "gpu_util_pct"
 UTIL_ALLOWANCE = 0.5
@@ -82,7 +81,7 @@ def judge_utilization(spec: MetricSpec, canary: Sequence[float] | None,
     """One utilization metric of the candidate against its baseline (see the module doc)."""
     cfg = config or JudgeConfig()
     label, _, floor = UTILIZATION.get(spec.name, (spec.name, spec.critical, 1.0))
-    c, b = _clean(canary), _clean(baseline)
+    c, b = clean(canary), clean(baseline)
     unit = _unit(spec.name)
     head = f"{label} ({spec.name})"
     v = MetricVerdict(spec.name, "run", "inconclusive", spec.critical, "higher", spec.allowance,
@@ -117,7 +116,7 @@ def judge_utilization(spec: MetricSpec, canary: Sequence[float] | None,
     if verdict == "inconclusive":
         verdict, why = _noisy(spec, shift, why)
     reason = (f"{head}: {verdict}: {figures} (mean of n={len(c)}/{len(b)} samples), shift "
-              f"{_pct(shift)} [{_pct(lo)}, {_pct(hi)}] {why}")
+              f"{pct(shift)} [{pct(lo)}, {pct(hi)}] {why}")
     if verdict == "fail":
         reason += ": the candidate's GPUs idle while serving" if spec.name == GPU_UTIL else ""
     return MetricVerdict(spec.name, "run", verdict, spec.critical, "higher", spec.allowance,
@@ -131,7 +130,7 @@ def _noisy(spec: MetricSpec, shift: float, why: str) -> tuple[Verdict, str]:
     (the non-critical figures)."""
     if shift >= -spec.allowance / 2:
         return "pass", (f"{why}, but the candidate's mean is within half of it "
-                        f"({_pct(-spec.allowance / 2)}): no sign of idle GPUs")
+                        f"({pct(-spec.allowance / 2)}): no sign of idle GPUs")
     if not spec.critical:
         return "nodata", f"{why}; too noisy to judge, ignored (not critical)"
     return "inconclusive", why
