@@ -1,8 +1,9 @@
 """`fleet quarantine list|release`: hosts the hygiene job took out of service, and back.
 
 Release undrains only a host fleet itself drained (its quarantine record says so and the
-scheduler's reason carries fleet's marker); a host someone else drained stays drained, only the
-quarantine is closed.
+scheduler's reason carries fleet's marker), through the scheduler the quarantine recorded; any
+other scheduler is refused, so a release never frees the pool's budget while the node stays
+drained. A host someone else drained stays drained, only the quarantine is closed.
 """
 
 from __future__ import annotations
@@ -60,44 +61,74 @@ def release(
     ctx: typer.Context,
     host: Annotated[str, typer.Argument(help="The host to take out of quarantine.")],
     reason: Annotated[str, typer.Option("--reason", help="Why (recorded with your name).")],
-    scheduler: Annotated[str, typer.Option(
-        "--scheduler", help="Workload manager: none, slurm, kubernetes.")] = "none",
+    scheduler: Annotated[str | None, typer.Option(
+        "--scheduler", help="Workload manager: none, slurm, kubernetes. Default: the one the "
+        "quarantine drained through (recorded); another one is refused.")] = None,
     json_out: JsonFlag = False,
 ) -> None:
-    """Close HOST's quarantine; undrain it only if fleet drained it."""
-    from fleet.cli.hygiene_cmd import make_scheduler
-    from fleet.history import (
-        close_quarantine,
-        list_events,
-        list_quarantines,
-        open_history,
-        os_actor,
-    )
+    """Close HOST's quarantine; undrain it, through the scheduler that drained it, only if fleet
+    drained it."""
+    from fleet.cli.hygiene_cmd import SCHEDULERS, make_scheduler
+    from fleet.history import close_quarantine, open_history, os_actor
+    from fleet.history.quarantines import open_record
 
     if not reason.strip():
         raise BadInput.single("a reason is required", field="--reason")
-    sched = make_scheduler(scheduler)
+    if scheduler is not None and scheduler not in SCHEDULERS:
+        make_scheduler(scheduler)  # names the choices (exit 2)
     now = datetime.now(UTC)
     with open_history(_db(ctx), create=False) as history:
-        if not any(h.name == host for _q, h in list_quarantines(history)):
+        q = open_record(history, host)
+        if q is None:
             raise BadInput.single(f"{host} is not in quarantine (fleet quarantine list)",
                                   field="HOST")
-        opened = list_events(history, limit=1, kind="quarantine.open", subject=host)
-        by_fleet = bool(opened and opened[0].data.get("drained_by_fleet"))
-        state = sched.state(host)
+        name = _release_scheduler(q.host, q.scheduler, q.drained_by_fleet, scheduler)
         action = "none"
-        if state.state in ("drained", "draining"):
-            if by_fleet and state.by_fleet:
+        if name is not None:
+            sched = make_scheduler(name)
+            state = sched.state(host)
+            if state.state == "unknown":
+                raise CouldNotComplete(f"{host}: {name} cannot say its state "
+                                       f"({state.reason or '-'}); the quarantine stays open")
+            if state.state in ("drained", "draining", "down") and state.by_fleet:
                 res = sched.undrain(host)
                 if not res.ok:
                     raise CouldNotComplete(f"undrain {host} failed: {res.error}; the quarantine "
                                            "stays open")
-                action = "undrained"
-            else:
+                action = f"undrained through {name}"
+            elif state.state in ("drained", "draining", "down"):
                 action = f"left {state.state}: drained by someone else ({state.reason or '-'})"
+            else:
+                action = f"already {state.state} in {name}"
         close_quarantine(history, host, closed_by=os_actor(), reason=reason, at=now,
-                         data={"scheduler": sched.name, "action": action})
+                         data={"scheduler": name, "action": action, "quarantine_id": q.id})
     if json_out:
-        emit_json({"host": host, "released": True, "action": action})
+        emit_json({"host": host, "released": True, "action": action, "scheduler": name})
     else:
         console.print(f"{host}: quarantine closed ({action})", markup=False)
+
+
+def _release_scheduler(host: str, recorded: str | None, drained_by_fleet: bool,
+                       asked: str | None) -> str | None:
+    """The scheduler a release goes through: the one that drained the host. None when fleet
+    drained nothing (the quarantine is closed, no scheduler is asked). Refused (exit 2) when it
+    cannot be the one that drained it: freeing the budget while the node stays drained would let
+    the next run drain more of the pool."""
+    from fleet.cli.hygiene_cmd import SCHEDULERS
+
+    if not drained_by_fleet:
+        return asked
+    if recorded is None:
+        if asked is None:
+            raise BadInput.single(f"{host}: its quarantine does not record which scheduler "
+                                  "drained it; name it with --scheduler", field="--scheduler")
+        return asked
+    if asked is not None and asked != recorded:
+        raise BadInput.single(f"{host} was drained through {recorded}, not {asked}: release it "
+                              f"through {recorded}", field="--scheduler")
+    if recorded not in SCHEDULERS:
+        raise BadInput.single(f"{host} was drained through {recorded!r}, which this command "
+                              f"cannot reach (it knows {', '.join(SCHEDULERS)}); undrain it "
+                              "there, then release it with the scheduler that is left",
+                              field="--scheduler")
+    return recorded

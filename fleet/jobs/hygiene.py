@@ -8,7 +8,9 @@
    non-conformant host is a problem, listed with what differs.
 3. Trends of the error counters from the history (`fleet.domain.trends`), over the trend window.
 4. Quarantine proposals behind the per-pool circuit breaker (`fleet.domain.quarantine`); with
-   `apply_quarantine`, drain through the `Scheduler` and record the quarantine and its event.
+   `apply_quarantine`, take the host's share of the pool's budget under the history's lock
+   (re-checked there: an overlapping run cannot spend it twice), then drain through the
+   `Scheduler`; the quarantine's event records which scheduler drained it.
    A host someone else already drained is recorded, not drained again, and never marked as
    drained by fleet (so `fleet quarantine release` will not undrain it).
 5. Benchmark regression per pool: the small synthetic benchmark on a few healthy, conformant
@@ -40,13 +42,14 @@ from fleet.errors import CouldNotComplete, ExitCode
 from fleet.history import (
     History,
     add_snapshot,
+    close_quarantine,
     iter_gpu_series,
     list_quarantines,
-    open_quarantine,
     os_actor,
     record_event,
 )
 from fleet.history.controllers import STALE_AFTER_S, in_flight_hosts
+from fleet.history.quarantines import reserve_quarantine
 from fleet.jobs.hygiene_bench import BENCH_NAME as BENCH_NAME
 from fleet.jobs.hygiene_bench import BenchJudge as BenchJudge
 from fleet.jobs.hygiene_bench import PoolBenchmark as PoolBenchmark
@@ -257,9 +260,12 @@ def run_hygiene(
                      {"breakers": [b.as_dict() for b in plan.tripped]}, actor=actor, at=now)
     applied: list[QuarantineAction] = []
     if apply_quarantine:
+        budget = {b.pool: b.limit for b in plan.breakers}
         for p in plan.to_apply():
+            members = [n for n, pool in pools.items() if pool == p.pool]
             applied.append(_quarantine(history, scheduler, p.host, p.reason, p.as_dict(),
-                                       actor=actor, now=now))
+                                       pool_hosts=members, limit=budget[p.pool], actor=actor,
+                                       now=now))
 
     # 5. benchmarks
     benches: list[PoolBenchmark] = []
@@ -300,14 +306,26 @@ def run_hygiene(
 
 
 def _quarantine(history: History, scheduler: Scheduler, host: str, reason: str,
-                proposal: Mapping[str, Any], *, actor: str,
-                now: dt.datetime) -> QuarantineAction:
+                proposal: Mapping[str, Any], *, pool_hosts: Sequence[str], limit: int,
+                actor: str, now: dt.datetime) -> QuarantineAction:
+    """Quarantine one host: its share of the pool's budget is taken under the history's lock
+    (re-checked there, so an overlapping run cannot spend it too) before anything is drained;
+    a failed drain gives it back."""
     state = scheduler.state(host)
     data = {"scheduler": scheduler.name, "proposal": dict(proposal),
             "state_before": state.state, "state_reason_before": state.reason}
-    if state.state in ("drained", "draining", "down") and not state.by_fleet:
-        open_quarantine(history, host, reason=reason, opened_by=actor, at=now,
-                        data={**data, "drained_by_fleet": False})
+    if state.state == "unknown":
+        why = state.reason or "-"
+        return QuarantineAction(host, False, False, f"scheduler state unknown ({why}): "
+                                "not drained")
+    theirs = state.state in ("drained", "draining", "down") and not state.by_fleet
+    qid = reserve_quarantine(history, host, pool_hosts=pool_hosts, limit=limit, reason=reason,
+                             opened_by=actor, at=now,
+                             data={**data, "drained_by_fleet": not theirs})
+    if qid is None:
+        return QuarantineAction(host, False, False, "deferred: the pool's quarantine budget is "
+                                f"spent (limit {limit}; another run may have taken it)")
+    if theirs:
         return QuarantineAction(host, True, False,
                                 f"already {state.state} by someone else ({state.reason or '-'}): "
                                 "recorded, not drained again")
@@ -315,7 +333,7 @@ def _quarantine(history: History, scheduler: Scheduler, host: str, reason: str,
     if not res.ok:
         record_event(history, "quarantine.drain_failed", host, res.error or "drain failed",
                      data, actor=actor, at=now)
+        close_quarantine(history, host, closed_by=actor, at=now,
+                         reason=f"drain failed: {res.error or '-'}", data={"quarantine_id": qid})
         return QuarantineAction(host, False, False, f"drain failed: {res.error}")
-    open_quarantine(history, host, reason=reason, opened_by=actor, at=now,
-                    data={**data, "drained_by_fleet": True})
     return QuarantineAction(host, True, True, f"drained through {scheduler.name}")

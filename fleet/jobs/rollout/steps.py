@@ -13,6 +13,7 @@ from fleet.domain.gates import (
 from fleet.domain.matrix.models import RolloutSettings
 from fleet.domain.pinning import release_of
 from fleet.domain.ports import HostResult, NodeReboot
+from fleet.history.quarantines import is_quarantined
 from fleet.history.rollouts import (
     StepRow,
     WaveRow,
@@ -316,6 +317,9 @@ class WaveSteps(EngineCore):
     def _undrain_one(self, r: StepRow) -> str | None:
         """Undrain a host only if fleet drained it (recorded) and the scheduler agrees."""
         if not r.detail.get("ours"):
+            return None
+        if is_quarantined(self.history, r.host):  # a quarantine outranks the rollout's undrain
+            r.detail = {**r.detail, "quarantined": True}
             return None
         a = self.scheduler.state(r.host)
         if a.state not in ("drained", "draining", "down") or not a.by_fleet:

@@ -117,7 +117,7 @@ def test_cli_quarantine_list_and_release(tmp_path: Path, fleet_cli) -> None:
     db = tmp_path / "q.db"
     with open_history(str(db)) as h:
         open_quarantine(h, "gpu-07", reason="uncorrectable ECC", opened_by="ops", at=NOW,
-                        data={"drained_by_fleet": True})
+                        data={"drained_by_fleet": True, "scheduler": "none"})
     out = fleet_cli("--db", str(db), "quarantine", "list", "--json")
     assert out.returncode == 0, out.stderr
     assert [q["host"] for q in json.loads(out.stdout)["quarantines"]] == ["gpu-07"]
