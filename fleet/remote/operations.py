@@ -1,15 +1,22 @@
-"""pyinfra operations: thin wrappers that read facts, ask the pure planner, yield its steps."""
+"""pyinfra operations: thin wrappers that read facts, ask the pure planner, yield its steps.
+
+The pin files are written by a shell command of their own, not pyinfra's `files.put`: under
+`_sudo` that uploads as the login user to `/tmp/pyinfra-<sha1(dest)>`, the same name on every
+host and every run, which any local user can pre-create (every apply then fails) or own (and
+swap the content before root copies it into apt's configuration). `write_file_command` stages
+the content in a private folder root makes with `mktemp -d`, inside the command sudo runs.
+"""
 
 from __future__ import annotations
 
+import posixpath
+import shlex
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
-from io import StringIO
 from typing import Any
 
 from pyinfra.api.operation import operation
 from pyinfra.context import host
-from pyinfra.operations import files
 
 from fleet.domain.pinning import PREFERENCES_PATH, UNATTENDED_PATH, PinPlan, plan_pin
 from fleet.remote.facts import (
@@ -24,6 +31,24 @@ from fleet.remote.facts import (
     RpmNvidiaPackages,
     stream_args,
 )
+
+STAGING = "/tmp/fleet-pin.XXXXXXXXXX"
+"""`mktemp -d`'s template: a new folder (0700, owned by the user sudo runs as) under the sticky
+/tmp, named explicitly so that a TMPDIR carried through sudo cannot move it."""
+
+
+def write_file_command(path: str, content: str, mode: str = "644") -> str:
+    """A shell command that makes `path` hold exactly `content` (mode `mode`), run as one
+    command (so as root under `_sudo`): the content is written into a private folder made by
+    `mktemp -d` and installed from there; the folder is removed whatever happens."""
+    if not posixpath.isabs(path) or not mode.isdigit():
+        raise ValueError(f"not an absolute path and an octal mode: {path!r} {mode!r}")
+    dest = shlex.quote(path)
+    folder = shlex.quote(posixpath.dirname(path))
+    return (f"d=$(mktemp -d {STAGING}) && trap 'rm -rf \"$d\"' EXIT && "
+            f"printf '%s' {shlex.quote(content)} > \"$d/f\" && "
+            f"{{ [ -d {folder} ] || (umask 022 && mkdir -p {folder}); }} && "
+            f"install -m {mode} \"$d/f\" {dest}")
 
 
 @dataclass(frozen=True)
@@ -74,4 +99,4 @@ def pin_release(release: str, packages: list[tuple[str, str, str]],
         if step.command is not None:
             yield step.command
         elif step.path is not None and step.content is not None:
-            yield from files.put._inner(src=StringIO(step.content), dest=step.path, mode="644")
+            yield write_file_command(step.path, step.content)
