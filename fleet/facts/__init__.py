@@ -1,7 +1,8 @@
 """Offline host facts: read `nvidia-smi` captures and probe JSON into `HostFacts`.
 
-Pure parsers of text (`nvsmi_text`, `nvsmi_csv`, and the probe's own XML parser), plus
-`facts_from_file`, the one entry point `fleet facts parse` and `fleet facts import` use.
+The pure parsers of text live below (`fleet.domain.nvsmi`: the `-q` text and the `--query-gpu`
+CSV; the XML parser is the probe's own); this adds `facts_from_file`, the one entry point that
+`fleet facts parse` and `fleet facts import` use.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ from typing import Literal
 from pydantic import ValidationError
 
 from fleet.domain.facts import HostFacts
+from fleet.domain.nvsmi.q_text import looks_like_q_text, parse_q_text
+from fleet.domain.nvsmi.query_csv import looks_like_csv, parse_query_csv
 from fleet.errors import BadInput, Problem
-from fleet.facts.nvsmi_csv import looks_like_csv, parse_query_csv
-from fleet.facts.nvsmi_text import looks_like_q_text, parse_q_text
 from fleet.probe.hostprobe import parse_nvsmi_xml
 
 Format = Literal["probe-json", "nvidia-smi-xml", "nvidia-smi-q", "nvidia-smi-csv"]

@@ -520,7 +520,7 @@ def _sum_present(*values):
 
 
 # Paths are written for the XML tag names; `-q` labels are mapped onto the same keys by the text
-# parser (fleet.facts.nvsmi_text) before calling gpu_from_tree.
+# parser (fleet.domain.nvsmi.q_text) before calling gpu_from_tree.
 def gpu_from_tree(g, index=None):
     """GPU facts from a normalized `nvidia-smi -q[ -x]` GPU subtree."""
     out = {"index": index}

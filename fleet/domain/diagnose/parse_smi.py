@@ -12,8 +12,8 @@ from typing import Any
 
 from fleet.domain.diagnose.model import GpuProcess, GpuState, SmiSnapshot
 from fleet.domain.facts import GpuFacts
+from fleet.domain.nvsmi.q_text import looks_like_q_text, text_to_tree
 from fleet.errors import BadInput
-from fleet.facts.nvsmi_text import looks_like_q_text, text_to_tree
 from fleet.probe.hostprobe import _etree_to_tree, gpu_from_tree
 
 # What nvidia-smi prints instead of a report when it cannot talk to the driver or finds no GPU.
