@@ -20,6 +20,7 @@ from pydantic import AfterValidator, Field, model_validator
 from fleet.domain.matrix.base import Model as _Model
 from fleet.domain.matrix.frameworks import Frameworks
 from fleet.domain.matrix.hygiene_settings import HygieneSettings
+from fleet.domain.matrix.packages import default_names
 from fleet.domain.matrix.rollout_settings import CountOrPercent as CountOrPercent
 from fleet.domain.matrix.rollout_settings import DrainSettings as DrainSettings
 from fleet.domain.matrix.rollout_settings import GateSettings as GateSettings
@@ -169,9 +170,16 @@ class Release(_Model):
         `datacenter-gpu-manager-4-core` + `-4-cuda13` for DCGM 4). Versions are upstream
         versions; epochs and revisions: `fleet.domain.matrix.packages`.
         """
-        from fleet.domain.matrix.packages import release_packages
-
-        return release_packages(self, os_family)
+        specs: list[PackageSpec] = []
+        for component, version in self.versions().items():
+            given = (self.package_names.get(component) or {}).get(os_family)
+            if not given and component == "driver":
+                given = (self.driver.packages or {}).get(os_family)
+            names = list(given) if given else default_names(
+                component, version, os_family, flavor=self.driver.flavor, branch=self.branch,
+                cuda=self.cuda, cudnn=self.companions.cudnn)
+            specs += [PackageSpec(n, version, component) for n in names]
+        return specs
 
     def driver_module_stream(self) -> str:
         """The RHEL dnf module stream that selects branch and flavor: "550-open" or "550-dkms"."""

@@ -3,8 +3,8 @@
 The rules are data (`fleet/data/nvidia/packages.yaml`, each row with its source) so a renamed
 package is a data edit. Three questions are answered here and nowhere else:
 
-- which packages a release installs on an OS family (`release_packages`): the matrix's
-  `package_names` override first, else the data's default names for the component;
+- which names a component of a release gets on an OS family (`default_names`, used by
+  `Release.packages` after the matrix's own `package_names`);
 - how a package's version is written (`version_form`): NVIDIA ships DCGM with epoch 1 on both
   families (`1:3.3.6`, with no Debian revision for DCGM 3) and the EL driver with epoch 3, so an
   apt pin on `3.3.6-*` matches nothing and apt installs the newest; `apt_pin_version` and
@@ -20,12 +20,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from fleet.domain.versions import compare, cuda_major_minor
-
-if TYPE_CHECKING:
-    from fleet.domain.matrix.models import PackageSpec, Release
 
 Family = Literal["debian", "rhel"]
 FAMILIES: tuple[Family, ...] = ("debian", "rhel")
@@ -162,45 +159,21 @@ def load() -> PackageTruth:
     return parse(load_shipped(text))
 
 
-# ------------------------------------------------------------------------- release packages
-def context(release: Release) -> dict[str, str]:
-    """Placeholder values of a release: branch, CUDA major/minor, cuDNN major."""
-    major, minor = cuda_major_minor(release.cuda)
-    cudnn = release.companions.cudnn
-    return {"branch": release.branch, "cuda_major": str(major), "cuda_minor": str(minor),
-            "cudnn_major": cudnn.split(".", 1)[0] if cudnn else ""}
+# ------------------------------------------------------------------------- default names
+def default_names(component: str, version: str, family: Family, *, flavor: str, branch: str,
+                  cuda: str, cudnn: str | None) -> list[str]:
+    """The data's names for one component of a release; [] when no row fits."""
+    rule = load().rule_for(component, family, flavor, branch, version)
+    if rule is None:
+        return []
+    major, minor = cuda_major_minor(cuda)
+    ctx = {"branch": branch, "cuda_major": str(major), "cuda_minor": str(minor),
+           "cudnn_major": cudnn.split(".", 1)[0] if cudnn else ""}
+    return [_render(n, ctx) for n in rule.names]
 
 
 def _render(template: str, ctx: Mapping[str, str]) -> str:
     return _PLACEHOLDER.sub(lambda m: ctx[m.group(1)], template)
-
-
-def default_names(release: Release, component: str, version: str, family: Family) -> list[str]:
-    """The data's names for one component of a release; [] when no row fits."""
-    rule = load().rule_for(component, family, release.driver.flavor, release.branch, version)
-    if rule is None:
-        return []
-    ctx = context(release)
-    return [_render(n, ctx) for n in rule.names]
-
-
-def release_packages(release: Release, family: Family) -> list[PackageSpec]:
-    """The exact packages `release` installs on `family`, in install order (driver first).
-
-    Names: `package_names[component][family]` from the matrix, else `driver.packages[family]`
-    for the driver, else the data's defaults. Versions are upstream versions; epochs and
-    revisions are `version_form`'s business.
-    """
-    from fleet.domain.matrix.models import PackageSpec
-
-    specs: list[PackageSpec] = []
-    for component, version in release.versions().items():
-        given: Sequence[str] | None = (release.package_names.get(component) or {}).get(family)
-        if not given and component == "driver":
-            given = (release.driver.packages or {}).get(family)
-        names = list(given) if given else default_names(release, component, version, family)
-        specs += [PackageSpec(n, version, component) for n in names]
-    return specs
 
 
 # ---------------------------------------------------------------------- versions as written

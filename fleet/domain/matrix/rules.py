@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from datetime import date
 
 from fleet.domain import nvidia_data
-from fleet.domain.matrix.frameworks import framework_compatibility
+from fleet.domain.matrix.framework_check import framework_compatibility
 from fleet.domain.matrix.lifecycle import branch_lifecycle
 from fleet.domain.matrix.models import Matrix, Release
 from fleet.domain.versions import branch_label, compare
