@@ -276,6 +276,24 @@ class FrameworkProbe(_Facts):
         return bool(self.result.get("cuda_available"))
 
 
+class PciGpu(_Facts):
+    """An NVIDIA display or 3D controller the PCI bus lists (sysfs: vendor 0x10de, class
+    0x0300 or 0x0302), whether or not NVML can open it: the bus's count of the GPUs."""
+
+    pci: str | None = None
+    pci_class: str | None = None
+    device_id: str | None = None
+
+
+class UpgradeGuard(_Facts):
+    """What keeps the distribution's automatic upgrades off the pinned packages, as text: the
+    apt.conf files that name `Unattended-Upgrade::Package-Blacklist` (path -> text; Debian) and
+    dnf-automatic's /etc/dnf/automatic.conf (RHEL; None when absent)."""
+
+    apt_conf: dict[str, str] | None = None
+    dnf_automatic: str | None = None
+
+
 class HostFacts(_Facts):
     schema_: int = Field(default=1, alias="schema")
     source: FactsSource = "none"
@@ -292,6 +310,8 @@ class HostFacts(_Facts):
     container_runtime: ContainerRuntime | None = None
     frameworks: list[FrameworkProbe] | None = None
     probe_cpu_ms: float | None = None
+    pci_gpus: list[PciGpu] | None = None
+    upgrade_guard: UpgradeGuard | None = None
 
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 

@@ -1052,6 +1052,63 @@ def probe_nvml():
             N.nvmlShutdown()
 
 
+PCI_GPU_CLASSES = ("0x0300", "0x0302")  # VGA-compatible and 3D controllers (not NVSwitch)
+
+
+def probe_pci_gpus(h):
+    """NVIDIA GPUs the PCI bus lists (sysfs), whatever NVML can open: the checks compare them
+    with NVML's GPUs, so a GPU NVML lost or never saw is a finding, not a silent gap."""
+    base = h.path("/sys/bus/pci/devices")
+    try:
+        names = sorted(os.listdir(base))
+    except OSError as e:
+        return err("not_found" if isinstance(e, FileNotFoundError) else "os_error", e)
+    out = []
+    for n in names[:4096]:
+        v = h.read(f"/sys/bus/pci/devices/{n}/vendor", 64)
+        if not isinstance(v, str) or v.strip().lower() != "0x10de":
+            continue
+        cls = h.read(f"/sys/bus/pci/devices/{n}/class", 64)
+        if isinstance(cls, str) and not cls.strip().lower().startswith(PCI_GPU_CLASSES):
+            continue
+        dev = h.read(f"/sys/bus/pci/devices/{n}/device", 64)
+        out.append({"pci": norm_pci(n), "pci_class": cls.strip() if isinstance(cls, str) else cls,
+                    "device_id": dev.strip() if isinstance(dev, str) else dev})
+    return out
+
+
+APT_CONF = ("/etc/apt/apt.conf", "/etc/apt/apt.conf.d")
+DNF_AUTOMATIC = "/etc/dnf/automatic.conf"
+GUARD_MAX_BYTES = 64 * 1024
+
+
+def probe_upgrade_guard(h, managers):
+    """The text that keeps unattended-upgrades (apt.conf files naming its Package-Blacklist)
+    or dnf-automatic (automatic.conf) off the pinned packages; the audit parses and judges it."""
+    out = {}
+    if "dpkg" in managers:
+        files = {}
+        paths = [APT_CONF[0]]
+        try:
+            paths += [f"{APT_CONF[1]}/{n}" for n in sorted(os.listdir(h.path(APT_CONF[1])))[:256]]
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            return {"apt_conf": err("os_error", e)}
+        for p in paths:
+            t = h.read(p, GUARD_MAX_BYTES)
+            if isinstance(t, str):
+                if "Package-Blacklist" in t:
+                    files[p] = t
+            elif t["error"] != "not_found":
+                return {"apt_conf": t}
+        out["apt_conf"] = files
+    if "rpm" in managers:
+        t = h.read(DNF_AUTOMATIC, GUARD_MAX_BYTES)
+        out["dnf_automatic"] = None if is_err(t) and t["error"] == "not_found" else t
+    return out
+
+
 def probe_nvidia_smi(h):
     r = h.run(["nvidia-smi", "-q", "-x"], timeout=60)
     if is_err(r):
@@ -1818,6 +1875,10 @@ def probe(since=None, root="/", kernel_log="auto", frameworks=True):
     facts["gpu_count"] = nv.get(
         "gpu_count", nv.get("attached_gpus", len(facts["gpus"]) if nv else None)
     )
+    facts["pci_gpus"] = probe_pci_gpus(h)
+    pk = facts["versions"]["packages"]
+    facts["upgrade_guard"] = probe_upgrade_guard(
+        h, {pk.get("manager")} if isinstance(pk, dict) and not is_err(pk) else set())
     bdfs = {g.get("pci_bus_id") for g in facts["gpus"] if isinstance(g.get("pci_bus_id"), str)}
     facts["kernel_log"] = probe_kernel_log(h, since, kernel_log)
     facts["aer"] = probe_aer(h, bdfs)

@@ -50,6 +50,62 @@ def gpu_inventory(facts: HostFacts, exp: Expectations, th: Thresholds) -> Iterab
                 )
 
 
+@check(
+    "gpu.enumeration",
+    ("gpus.handle", "gpu_count", "pci_gpus"),
+    "every GPU the PCI bus lists is one NVML can count and open",
+)
+def gpu_enumeration(facts: HostFacts, exp: Expectations, th: Thresholds) -> Iterable[Finding]:
+    for g in facts.gpus:
+        if "handle" in g.unreadable:
+            yield finding(
+                "gpu.enumeration",
+                FAIL,
+                "reboot",
+                f"GPU {g.index}: NVML cannot open it ({g.unreadable['handle']}); drain the host "
+                "and reboot it, then check the GPU",
+                str(g.index) if g.index is not None else None,
+                facts=["gpus.handle"],
+                reason=g.unreadable["handle"],
+            )
+    if "gpu_count" in facts.unreadable:
+        yield finding(
+            "gpu.enumeration",
+            FAIL,
+            "reboot",
+            f"NVML cannot count the GPUs ({facts.unreadable['gpu_count']})"
+            + ("" if exp.gpu_count else "; the inventory names no gpu_count to compare with"),
+            facts=["gpu_count"],
+            reason=facts.unreadable["gpu_count"],
+        )
+    if facts.pci_gpus is None:
+        if "pci_gpus" in facts.unreadable:
+            yield finding(
+                "gpu.enumeration",
+                WARN,
+                "none",
+                f"the PCI bus's NVIDIA devices could not be listed "
+                f"({facts.unreadable['pci_gpus']}): NVML's GPU count is unverified",
+                facts=["pci_gpus"],
+            )
+        return
+    on_bus = sorted({d.pci for d in facts.pci_gpus if d.pci})
+    opened = {g.pci_bus_id for g in facts.gpus if g.pci_bus_id}
+    unseen = [p for p in on_bus if p not in opened]
+    if len(on_bus) > len(opened) and unseen:
+        yield finding(
+            "gpu.enumeration",
+            FAIL,
+            "reboot",
+            f"{len(on_bus)} NVIDIA GPU(s) on the PCI bus, NVML reads {len(opened)}: "
+            f"{', '.join(unseen)} not seen by NVML",
+            unseen[0] if len(unseen) == 1 else None,
+            facts=["pci_gpus", "gpus.pci_bus_id"],
+            on_bus=on_bus,
+            unseen=unseen,
+        )
+
+
 @check("gpu.recovery_action", ("gpus.recovery_action",), "the driver asks for no recovery action")
 def recovery_action(facts: HostFacts, exp: Expectations, th: Thresholds) -> Iterable[Finding]:
     remedies: dict[str, Remediation] = {

@@ -19,6 +19,20 @@ def _gpu_for(facts: HostFacts, pci: str | None) -> str | None:
     return pci
 
 
+@check("kernel_log.readable", ("kernel_log.events",), "the kernel log could be read")
+def kernel_log_readable(facts: HostFacts, exp: Expectations, th: Thresholds) -> Iterable[Finding]:
+    log = facts.kernel_log
+    if log is not None and log.events is None and "events" in log.unreadable:
+        yield finding(
+            "kernel_log.readable",
+            FAIL,
+            "none",
+            f"the kernel log could not be read ({log.unreadable['events']}): Xid, fallen-off-"
+            "the-bus and AER events are unverified",
+            facts=["kernel_log.events"],
+        )
+
+
 @check("xid", ("kernel_log.events",), "Xid events judged by class (catalog severity)")
 def xid_events(facts: HostFacts, exp: Expectations, th: Thresholds) -> Iterable[Finding]:
     groups: dict[tuple[str | None, int], list[KernelEvent]] = {}

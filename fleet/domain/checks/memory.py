@@ -15,6 +15,50 @@ check = registrar(CHECKS)
 
 
 @check(
+    "ecc.mode",
+    ("gpus.ecc_mode_current", "gpus.ecc_mode_pending", "gpus.ecc_*"),
+    "ECC is on, and its counters can be read",
+)
+def ecc_mode(facts: HostFacts, exp: Expectations, th: Thresholds) -> Iterable[Finding]:
+    for g in facts.gpus:
+        if g.ecc_mode_current is False:
+            yield finding(
+                "ecc.mode",
+                FAIL,
+                "reset_gpu",
+                f"{g.label}: ECC is switched off: memory errors go uncounted and uncorrected "
+                "(nvidia-smi -e 1, then reset the GPU)"
+                + (" (pending on after the next reset)" if g.ecc_mode_pending else ""),
+                g,
+                facts=["gpus.ecc_mode_current"],
+            )
+            continue
+        unread = {k: v for k, v in g.unreadable.items()
+                  if k in ("ecc_volatile_uncorrected", "ecc_aggregate_uncorrected")}
+        no_ecc = g.ecc_mode_current is None and g.unreadable.get(
+            "ecc_mode_current", "").startswith(("not_supported", "not_available"))  # no ECC
+        if unread and not no_ecc:
+            yield finding(
+                "ecc.mode",
+                WARN,
+                "none",
+                f"{g.label}: uncorrectable ECC counters unreadable "
+                f"({'; '.join(sorted(set(unread.values())))}): the ECC checks cannot judge it",
+                g,
+                facts=sorted(f"gpus.{k}" for k in unread),
+            )
+        if g.ecc_mode_pending is False and g.ecc_mode_current:
+            yield finding(
+                "ecc.mode",
+                WARN,
+                "reset_gpu",
+                f"{g.label}: ECC will be off after the next GPU reset (pending mode off)",
+                g,
+                facts=["gpus.ecc_mode_pending"],
+            )
+
+
+@check(
     "ecc.uncorrectable",
     ("gpus.ecc_*_uncorrected", "gpus.ecc_sram_threshold_exceeded"),
     "no uncorrectable ECC errors",

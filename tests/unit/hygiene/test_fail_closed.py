@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from fleet.domain.checks import expectations_for, run_checks
 from fleet.domain.drift import DriftInput, audit_host
 from fleet.domain.facts import HostFacts
 from fleet.errors import ExitCode
@@ -75,3 +76,57 @@ def test_the_driver_not_loaded_run_exits_1(tmp_path: Path) -> None:
                          m, now=NOW, judge=None, benchmark=False)
     assert [d.host for d in report.non_conformant] == [broken.name]
     assert report.exit_code == ExitCode.PROBLEMS
+
+
+# ------------------------------------------------------------------------- defect 2: GPUs
+def _checks(facts: HostFacts, gpu_count: int | None = 8) -> list[tuple[str, str]]:
+    m = example_matrix()
+    exp = expectations_for(m, "h100", gpu_count=gpu_count)
+    return [(f.severity.value, f.check) for f in run_checks(facts, exp, m.policy.thresholds)]
+
+
+def _host() -> FakeHost:
+    return fleet(example_matrix(), {"h100": 1})[0]
+
+
+def test_a_gpu_nvml_cannot_open_is_a_finding() -> None:
+    d = _doc(_host())
+    d["gpus"][3] = {"index": 3, "handle": {"error": "gpu_is_lost",
+                                           "detail": "nvmlDeviceGetHandleByIndex: GPU is lost"}}
+    assert ("fail", "gpu.enumeration") in _checks(HostFacts.model_validate(d))
+    assert _checks(_host().facts()) == []  # the healthy host says nothing
+
+
+def test_nvml_unable_to_count_without_an_inventory_count_is_a_finding() -> None:
+    d = _doc(_host())
+    d["gpus"], d["gpu_count"] = [], {"error": "unknown", "detail": "nvmlDeviceGetCount"}
+    assert ("fail", "gpu.enumeration") in _checks(HostFacts.model_validate(d), gpu_count=None)
+
+
+def test_a_gpu_on_the_pci_bus_that_nvml_does_not_list_is_a_finding() -> None:
+    h = _host()
+    d = _doc(h)
+    d["pci_gpus"] = [{"pci": h.pci(i), "pci_class": "0x030200", "device_id": "0x2330"}
+                     for i in range(8)]
+    assert _checks(HostFacts.model_validate(d)) == []  # the bus and NVML agree
+    d["gpus"] = d["gpus"][:7]  # NVML lost the last board entirely
+    found = [f for f in run_checks(HostFacts.model_validate(d), expectations_for(
+        example_matrix(), "h100"), example_matrix().policy.thresholds)
+        if f.check == "gpu.enumeration"]
+    assert found and found[0].severity.value == "fail" and h.pci(7) in found[0].message
+
+
+def test_ecc_switched_off_is_a_finding() -> None:
+    d = _doc(_host())
+    d["gpus"][0].update(ecc_mode_current=False, ecc_mode_pending=False,
+                        **{k: {"error": "not_supported"} for k in (
+                            "ecc_volatile_corrected", "ecc_volatile_uncorrected",
+                            "ecc_aggregate_corrected", "ecc_aggregate_uncorrected")})
+    assert ("fail", "ecc.mode") in _checks(HostFacts.model_validate(d))
+
+
+def test_an_unreadable_kernel_log_is_a_finding() -> None:
+    d = _doc(_host())
+    d["kernel_log"] = {"source": None,
+                       "events": {"error": "no_kernel_log", "detail": "dmesg, file, journal"}}
+    assert ("fail", "kernel_log.readable") in _checks(HostFacts.model_validate(d))

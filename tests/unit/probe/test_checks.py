@@ -326,6 +326,28 @@ CASES: list[tuple[str, dict[str, Any], tuple[str, str, str]]] = [
             "residual": [{"name": "nvidia-driver-535", "version": "535.183.01-1"}]}}),
         ("packages.other_release", "warn", "none"),
     ),
+    (
+        "a GPU NVML cannot open (issue 31)",
+        healthy(gpus=[gpu(0), {"index": 1, "handle": {"error": "gpu_is_lost"}}]),
+        ("gpu.enumeration", "fail", "reboot"),
+    ),
+    (
+        "a GPU on the PCI bus NVML does not list (issue 31)",
+        healthy(gpus=[gpu(0)], gpu_count=1, pci_gpus=[
+            {"pci": gpu(0)["pci_bus_id"], "pci_class": "0x030200"},
+            {"pci": "0000:9b:00.0", "pci_class": "0x030200"}]),
+        ("gpu.enumeration", "fail", "reboot"),
+    ),
+    (
+        "ECC switched off (issue 31)",
+        healthy(gpus=[gpu(0, ecc_mode_current=False, ecc_mode_pending=False), gpu(1)]),
+        ("ecc.mode", "fail", "reset_gpu"),
+    ),
+    (
+        "kernel log unreadable (issue 31)",
+        healthy(kernel_log={"source": None, "events": {"error": "no_kernel_log"}}),
+        ("kernel_log.readable", "fail", "none"),
+    ),
     ("nvml fallback", healthy(source="nvidia-smi"), ("probe.source", "warn", "none")),
     (
         "no source at all",
