@@ -29,7 +29,8 @@ import yaml
 from fleet.domain.matrix.models import Matrix
 from fleet.errors import BadInput, CouldNotComplete
 from fleet.history import History
-from fleet.jobs import demo as D
+from fleet.jobs import demo_cast as D
+from fleet.jobs.demo_story import tell as tell_story
 from fleet.lab.paths import LabPaths
 
 HOSTS = 8
@@ -373,8 +374,8 @@ def run_lab_story(result: D.DemoResult, *, reporter: D.Reporter,
         cast = _cast(paths, matrix, a, slow)
         result.cast = cast
         target = LabTarget(paths, inventory, matrix, cast)
-        D._tell(folder, result, matrix, target, reporter, on_step, say,
-                prologue=_golden_everywhere(target, matrix, reused, say))
+        tell_story(folder, result, matrix, target, reporter, on_step, say,
+                   prologue=_golden_everywhere(target, matrix, reused, say))
 
     if lab_paths is not None:
         if not lab.is_up(lab_paths):
