@@ -1,6 +1,7 @@
 """The simulated fleet: an in-process `Backend` and `Scheduler` (see `fleet.sim.fleet`)."""
 
-from fleet.sim.fleet import SimFleet, SimHost
+from fleet.sim.fleet import SimFleet
+from fleet.sim.host import SimHost
 from fleet.sim.model import (
     EPOCH,
     PROFILES,

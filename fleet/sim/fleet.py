@@ -19,11 +19,10 @@ results do not depend on the order other hosts were called in) and time from the
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fleet.domain.facts import HostFacts
 from fleet.domain.matrix.models import Matrix, Release
@@ -31,65 +30,21 @@ from fleet.domain.pinning import PREFERENCES_PATH, UNATTENDED_PATH, PinPlan, pla
 from fleet.domain.ports import HostRef, HostResult, Samples
 from fleet.errors import BadInput
 from fleet.sim import facts as F
+from fleet.sim.host import SimHost, bench_samples, profile_for, split_pools, start_release
 from fleet.sim.model import (
     HEALTHY,
     MIX,
-    PROFILES,
     FaultRates,
-    GpuProfile,
     HostFaults,
     Latency,
     OsFamily,
     SimClock,
     SimSpec,
 )
-
-if TYPE_CHECKING:
-    from fleet.sim.scheduler import SimScheduler
+from fleet.sim.scheduler import SimScheduler
 
 SUITES = ("synthetic", "replay")
 RACK_SIZE = 4
-
-
-class SimHost:
-    """One simulated host: a few slots, no facts until probed."""
-
-    __slots__ = ("name", "index", "pool", "profile", "gpu_count", "unit", "rack", "os_family",
-                 "initial", "pkg", "loaded", "boots", "boot_at", "probes", "probes_boot",
-                 "benches", "faults", "hung", "log", "drift", "ecc_agg", "ecc_vol")
-
-    def __init__(self, name: str, index: int, pool: str, profile: GpuProfile, gpu_count: int,
-                 unit: str | None, rack: str, os_family: OsFamily, release: str | None,
-                 boot_at: datetime) -> None:
-        self.name = name
-        self.index = index
-        self.pool = pool
-        self.profile = profile
-        self.gpu_count = gpu_count
-        self.unit = unit
-        self.rack = rack
-        self.os_family: OsFamily = os_family
-        self.initial = release  # the release it started on; "after an upgrade" means off it
-        self.pkg = release  # release whose packages are installed (None: no driver)
-        self.loaded = release  # release whose kernel module is loaded
-        self.boots = 0
-        self.boot_at = boot_at
-        self.probes = 0
-        self.probes_boot = 0
-        self.benches = 0
-        self.faults: HostFaults = HEALTHY
-        self.hung = False
-        self.log: list[str] = []
-        # packages changed by hand (package -> (distro version or None: removed, held)),
-        # on top of what the pin deploy left; a pin that manages the package puts it back
-        self.drift: dict[str, tuple[str | None, bool]] = {}
-        # corrected ECC errors of the faulty GPU: lifetime, and since the driver was loaded
-        self.ecc_agg = 0
-        self.ecc_vol = 0
-
-    @property
-    def reachable(self) -> bool:
-        return not (self.hung or self.faults.unreachable)
 
 
 class SimFleet:
@@ -160,7 +115,7 @@ class SimFleet:
         rollout to the golden release has work to do. GPU models come from the matrix pools
         (`gpu_model`), else `gpu_models`, else H100 x8, A100 x8, L40S x4 in turn.
         """
-        counts = _split(matrix, n_hosts, pools)
+        counts = split_pools(matrix, n_hosts, pools)
         clock = clock or SimClock()
         now = clock()
         rng = random.Random(f"build/{seed}")
@@ -174,7 +129,7 @@ class SimFleet:
                 model = MIX[unmodelled % len(MIX)]
                 unmodelled += 1
             profile = profile_for(model)
-            release = _start(matrix, pool, start)
+            release = start_release(matrix, pool, start)
             size = unit_size.get(pool, 0) if isinstance(unit_size, Mapping) else unit_size
             family = os_family.get(pool, "debian") if isinstance(os_family, Mapping) else os_family
             for i in range(count):
@@ -214,7 +169,8 @@ class SimFleet:
                 starts.setdefault(pool, matrix.golden_name(pool))
         return cls.build(
             matrix, s.hosts, s.seed, pools=pools,
-            start={p: starts.get(p) or _start(matrix, p, None) for p in (pools or matrix.pools)},
+            start={p: starts.get(p) or start_release(matrix, p, None)
+                   for p in (pools or matrix.pools)},
             unit_size={p: ps.unit_size or s.unit_size for p, ps in s.pools.items()}
             if s.pools else s.unit_size,
             gpu_models={p: ps.gpu_model for p, ps in s.pools.items() if ps.gpu_model},
@@ -250,6 +206,10 @@ class SimFleet:
     # ---------------------------------------------------------------------------- helpers
     def __len__(self) -> int:
         return len(self._hosts)
+
+    def is_reachable(self, host: str) -> bool:
+        """Whether `host` answers now (KeyError for a host the fleet does not have)."""
+        return self._host(host).reachable
 
     def _host(self, name: str) -> SimHost:
         try:
@@ -502,7 +462,7 @@ class SimFleet:
             h.benches += 1
             rng = random.Random(int.from_bytes(
                 F.digest("bench", self.seed, h.name, h.benches, suite)[:8], "big"))
-            out[name] = HostResult(name, _samples(
+            out[name] = HostResult(name, bench_samples(
                 h, suite, n, noise, self.perf_factor(name),
                 0.02 if 48 in self._active_xids(h) else 0.0, rng),
                 seconds=self.latency.benchmark)
@@ -592,96 +552,5 @@ class SimFleet:
     def scheduler(self) -> SimScheduler:
         """The simulated workload manager of this fleet (one per fleet)."""
         if self._scheduler is None:
-            from fleet.sim.scheduler import SimScheduler
-
             self._scheduler = SimScheduler(self, drained=self._initial_drained)
         return self._scheduler
-
-
-def profile_for(model: str) -> GpuProfile:
-    known = PROFILES.get(model) or next(
-        (p for k, p in PROFILES.items() if k.lower() in model.lower()), None)
-    if known is not None:
-        return known
-    base = PROFILES["H100"]
-    return GpuProfile(model, base.count, f"NVIDIA {model}", base.pci_device_id, base.bus_ids,
-                      base.pcie_gen, base.power_limit_w, base.clock_max_sm_mhz,
-                      base.clock_max_mem_mhz, base.remap_banks, base.tflops, base.step_ms,
-                      base.rps, base.latency_ms)
-
-
-def _split(matrix: Matrix, n_hosts: int | None,
-           pools: Mapping[str, int] | Sequence[str] | None) -> dict[str, int]:
-    if isinstance(pools, Mapping):
-        return {p: int(c) for p, c in pools.items() if c > 0}
-    if n_hosts is None:
-        raise ValueError("give n_hosts, or pools as {pool: count}")
-    names = list(pools) if pools is not None else list(matrix.pools) or ["default"]
-    canary = [p for p in names if p in matrix.pools and matrix.pools[p].canary]
-    others = [p for p in names if p not in canary]
-    counts = dict.fromkeys(canary + others, 0)
-    left = n_hosts
-    if others:
-        each = max(1, min(n_hosts // 20, max(3, n_hosts // 100)))
-        for p in canary:
-            take = min(each, left)
-            counts[p] = take
-            left -= take
-    targets = others or canary
-    for i, p in enumerate(targets):
-        share = left // len(targets) + (1 if i < left % len(targets) else 0)
-        counts[p] += share
-    return {p: c for p, c in counts.items() if c > 0}
-
-
-def _start(matrix: Matrix, pool: str, start: str | Mapping[str, str] | None) -> str:
-    if isinstance(start, str):
-        name = start
-    elif start is not None and start.get(pool):
-        name = start[pool]
-    else:
-        name = matrix.policy.previous.get(pool) or matrix.golden_name(pool)
-    try:
-        matrix.release(name)
-    except KeyError:
-        raise BadInput.single(f"pool {pool} starts on release {name!r}, which the matrix does "
-                              "not define", field="release") from None
-    return name
-
-
-def _poisson(rng: random.Random, lam: float) -> int:
-    if lam <= 0:
-        return 0
-    if lam > 30:
-        return max(0, round(rng.gauss(lam, math.sqrt(lam))))
-    limit, k, p = math.exp(-lam), 0, 1.0
-    while True:
-        p *= rng.random()
-        if p <= limit:
-            return k
-        k += 1
-
-
-def _samples(h: SimHost, suite: str, n: int, noise: float, factor: float, error_rate: float,
-             rng: random.Random) -> Samples:
-    prof, gpus = h.profile, h.gpu_count
-    if suite == "synthetic":
-        return {
-            "tflops": [round(prof.tflops * gpus * factor * rng.gauss(1.0, noise), 3)
-                       for _ in range(n)],
-            "latency_ms": [round(prof.step_ms / factor * rng.lognormvariate(0.0, noise), 3)
-                           for _ in range(n)],
-            "errors": [float(_poisson(rng, error_rate * 10)) for _ in range(n)],
-        }
-    latency = []
-    for _ in range(n):
-        x = prof.latency_ms / factor * rng.lognormvariate(0.0, 2 * noise)
-        if rng.random() < 0.01:  # the tail a replay sees: a slow request now and then
-            x *= 1.0 + rng.random() * 2.0
-        latency.append(round(x, 3))
-    rps = prof.rps * gpus * factor
-    return {
-        "latency_ms": latency,
-        "throughput_rps": [round(rps * rng.gauss(1.0, noise), 3) for _ in range(n)],
-        "errors": [float(_poisson(rng, error_rate * rps)) for _ in range(n)],
-    }

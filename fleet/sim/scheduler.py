@@ -11,13 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from fleet.domain.ports import AdminState, HostResult, StopAction
 from fleet.sim.model import SimClock
-
-if TYPE_CHECKING:
-    from fleet.sim.fleet import SimFleet
 
 MARKER = "fleet:"
 
@@ -31,12 +28,22 @@ class _Node:
     drain_fails: bool = False
 
 
+class FleetSide(Protocol):
+    """What the scheduler needs of the simulated fleet it schedules (`SimFleet` has it): its
+    clock, whether a host answers, and the reboot that `scontrol reboot` asks of it."""
+
+    clock: Callable[[], datetime]
+
+    def is_reachable(self, host: str) -> bool: ...
+    def reboot(self, hosts: Sequence[str]) -> dict[str, HostResult[None]]: ...
+
+
 class SimScheduler:
     """In-process drain/undrain with Slurm-like semantics (see the module doc)."""
 
     name = "sim"
 
-    def __init__(self, fleet: SimFleet | None = None, *,
+    def __init__(self, fleet: FleetSide | None = None, *,
                  clock: Callable[[], datetime] | None = None,
                  drained: Mapping[str, str] | None = None, marker: str = MARKER) -> None:
         self.fleet = fleet
@@ -51,12 +58,12 @@ class SimScheduler:
         node = self._nodes.get(host)
         if node is None:
             if self.fleet is not None:
-                self.fleet._host(host)  # KeyError for a host the fleet does not have
+                self.fleet.is_reachable(host)  # KeyError for a host the fleet does not have
             node = self._nodes[host] = _Node()
         return node
 
     def _down(self, host: str) -> bool:
-        return self.fleet is not None and not self.fleet._host(host).reachable
+        return self.fleet is not None and not self.fleet.is_reachable(host)
 
     def _running(self, node: _Node) -> bool:
         return node.jobs_end is not None and node.jobs_end > self.clock()

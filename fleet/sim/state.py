@@ -18,7 +18,8 @@ from typing import Any
 
 from fleet.domain.matrix.models import Matrix
 from fleet.errors import BadInput
-from fleet.sim.fleet import SimFleet, SimHost, profile_for
+from fleet.sim.fleet import SimFleet
+from fleet.sim.host import SimHost, profile_for
 from fleet.sim.model import HostFaults, Latency, SimClock
 
 FORMAT = 1
