@@ -44,9 +44,10 @@ TERMINAL: frozenset[str] = frozenset({"done", "failed", "rolled_back", "skipped"
 TRANSITIONS: dict[str, frozenset[str]] = {
     "planned": frozenset({"draining", "skipped", "failed"}),
     "draining": frozenset({"drained", "skipped", "failed"}),  # skipped: wave rolled back
-    "drained": frozenset({"applying", "failed", "skipped"}),
-    "applying": frozenset({"rebooting", "verifying", "failed", "rolling_back"}),
-    "rebooting": frozenset({"verifying", "failed", "rolling_back"}),
+    # back to draining: a resume (or a promote) asks the scheduler again before the pin/reboot
+    "drained": frozenset({"applying", "failed", "skipped", "draining"}),
+    "applying": frozenset({"rebooting", "verifying", "failed", "rolling_back", "draining"}),
+    "rebooting": frozenset({"verifying", "failed", "rolling_back", "draining"}),
     "verifying": frozenset({"benchmarking", "judged", "failed", "rolling_back"}),
     "benchmarking": frozenset({"judged", "failed", "rolling_back"}),
     "judged": frozenset({"undraining", "failed", "rolling_back"}),

@@ -138,6 +138,33 @@ def resolve_max_unavailable(settings: RolloutSettings, pool_size: int) -> int:
     return serial_count(settings.max_unavailable, pool_size)
 
 
+def fit_drain_budget(candidates: Sequence[str], out_now: Collection[str],
+                     max_unavailable: int,
+                     units: Mapping[str, str | None] | None = None) -> tuple[list[str], list[str]]:
+    """Which of a wave's `candidates` may be drained now without more than `max_unavailable`
+    hosts of the pool out of service; returns (drain, hold back), both in `candidates` order.
+
+    `out_now`: the pool's hosts out of service at this moment (drained or down by anyone, state
+    unknown, quarantined), as the engine read them right before the drain. A candidate already
+    out costs nothing; the others are taken in order, whole hard units at a time (`units`:
+    host -> unit, a unit moves whole or not at all), while the total stays within the budget.
+    """
+    out = set(out_now)
+    unit_of = dict(units or {})
+    groups: dict[str, list[str]] = {}
+    for h in candidates:
+        groups.setdefault(f"unit:{u}" if (u := unit_of.get(h)) else f"host:{h}", []).append(h)
+    taken: set[str] = set()
+    for members in groups.values():
+        new = [h for h in members if h not in out]
+        if len(out) + len(new) <= max_unavailable:
+            out.update(new)
+            taken.update(members)
+        elif not new:
+            taken.update(members)
+    return ([h for h in candidates if h in taken], [h for h in candidates if h not in taken])
+
+
 def pool_order(matrix: Matrix, pools: Collection[str]) -> list[str]:
     """Canary pools first, then the matrix's order, then pools the matrix does not list."""
     listed = list(matrix.pools)

@@ -4,10 +4,12 @@ crash at any point.
 
 Per wave (states in `fleet.domain.gates`):
 
-    drain      record each host's administrative state, then drain it (never a host someone
-               else drained: it is skipped and never undrained)
+    drain      record each host's administrative state, check max_unavailable against what is
+               out of service now, then drain it (never a host someone else drained: it is
+               skipped and never undrained); a resumed wave drains its unfinished hosts again
     apply      re-plan, then pin the target release on the hosts whose plan still changes
-               something (a failed pin is restored to the release the host had)
+               something (a failed pin is put back on the release the host had, `restored`
+               only when a verify says so)
     reboot     the hosts whose kernel module changed
     verify     health gate: probe + checks against the target release (a snapshot per host)
     budgets    failed or unreachable hosts over the per-wave or the pool's total budget fail

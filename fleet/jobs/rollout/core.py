@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, cast
 
@@ -14,7 +15,7 @@ from fleet.domain.gates import (
     count_states,
 )
 from fleet.domain.matrix.models import Matrix, RolloutSettings
-from fleet.domain.ports import Backend, HostRef, Scheduler
+from fleet.domain.ports import Backend, HostRef, HostResult, NodeReboot, Scheduler
 from fleet.errors import BadInput, CouldNotComplete
 from fleet.history import History, os_actor
 from fleet.history.controllers import check_lock
@@ -33,6 +34,7 @@ from fleet.history.rollouts import (
 from fleet.jobs.apply import health_findings
 from fleet.jobs.record import snapshot_row
 from fleet.jobs.rollout.fence import Fenced, guard_for
+from fleet.jobs.rollout.heartbeat import ThreadTicker, Ticker, beat_interval
 from fleet.jobs.rollout.model import (
     RolloutOptions,
     RolloutResult,
@@ -49,7 +51,8 @@ class EngineCore:
     `now` stamps the history (a `SimClock` in rehearsals); `sleep(seconds)` waits out bake
     times; `wall` is the real clock the lock's heartbeat is compared with across processes.
     `checkpoint(label)` is called at every step boundary (tests inject crashes there);
-    `on_progress(engine)` after every write (the live display).
+    `on_progress(engine)` after every write (the live display). `ticker` beats the lock's
+    heartbeat while a rollout runs (a thread by default; see `fleet.jobs.rollout.heartbeat`).
     """
 
     def __init__(
@@ -69,6 +72,7 @@ class EngineCore:
         pid: int | None = None,
         machine: str | None = None,
         pid_alive: Callable[[int | None], bool] = _pid_alive,
+        ticker: Ticker | None = None,
     ) -> None:
         self.history, self.matrix = history, matrix
         # every call that reaches a host first checks this controller still holds the lock
@@ -92,13 +96,39 @@ class EngineCore:
         self.gates: dict[int, dict[str, Any]] = {}  # wave id -> last gate result
         self._refs: dict[str, HostRef] | None = None
         self._aborting = False
+        self._ticker: Ticker = ticker or ThreadTicker()
+        self._alive_at = time.monotonic()  # the last host call started or history write
 
     # ------------------------------------------------------------------------ internals
     def _lost(self) -> str | None:
         """Why this controller may no longer touch the rollout's hosts (None: it may)."""
+        self._alive_at = time.monotonic()
         if self.rid is None:
             return None
         return check_lock(self.history, self.rid, self.owner, self.pid)
+
+    @contextmanager
+    def _heartbeat(self) -> Iterator[None]:
+        """Beat the lock from a timer while the body runs (a long host call included)."""
+        self._alive_at = time.monotonic()
+        self._ticker.start(beat_interval(self.opts.heartbeat_s, self.opts.stale_after_s),
+                           self._beat)
+        try:
+            yield
+        finally:
+            self._ticker.stop()
+
+    def _beat(self) -> None:
+        """One timer beat: refresh the heartbeat if this controller still holds the lock and
+        has shown a sign of life within `quiet_limit_s` (else let the lock go stale). Never
+        raises: a lost lock or an unreachable history is found by the next step itself."""
+        if self.rid is None or time.monotonic() - self._alive_at > self.opts.quiet_limit_s:
+            return
+        try:
+            write_steps(self.history, self.rid, [], at=self.now(), actor=self.actor,
+                        lock=(self.owner, self.pid), wall=self.wall())
+        except Exception:  # a beat never stops the controller: its next write finds out
+            return
 
     @property
     def refs(self) -> dict[str, HostRef]:
@@ -142,6 +172,7 @@ class EngineCore:
                rollout: Mapping[str, Any] | None = None, label: str,
                snapshots: Sequence[tuple[str, Any, list[Finding], str | None]] = ()) -> None:
         assert self.rid is not None
+        self._alive_at = time.monotonic()
         self._checkpoint(label + ":pre")
         if snapshots and self.opts.record_snapshots:
             self._record_snapshots(snapshots)
@@ -254,6 +285,39 @@ class EngineCore:
                                  False, snap)
                 else:
                     out[name] = (True, None, False, snap)
+        return out
+
+    # ------------------------------------------------------------------------ reboots
+    def _reboot_now(self, pool: str, hosts: Sequence[str], why: str,
+                    ) -> dict[str, HostResult[None]]:
+        """The one place a rollout reboots hosts, its forward steps and its rollbacks alike.
+
+        Right before, the scheduler is asked once more: a host that does not read drained by
+        fleet with nothing on it is not rebooted (its result says why). Then over SSH, or
+        through the workload manager when the pool says `reboot: slurm` (its RebootProgram,
+        and it knows when the node is back): a rollback follows the pool's setting too."""
+        out: dict[str, HostResult[None]] = {}
+        ready: list[str] = []
+        for h in hosts:
+            a = self.scheduler.state(h)
+            if a.state == "drained" and a.by_fleet and not a.jobs:
+                ready.append(h)
+                continue
+            busy = f", work on it: {', '.join(a.jobs[:5])}" if a.jobs else ""
+            owner = "fleet" if a.by_fleet else "someone else"
+            out[h] = HostResult.failed(
+                h, f"not rebooted: the scheduler reads it {a.state}"
+                   + (f" (by {owner}: {a.reason})" if a.reason else "") + busy)
+        if not ready:
+            return out
+        if self._settings(pool).reboot != "slurm":
+            out.update(self.backend.reboot(ready))
+        elif not isinstance(self.scheduler, NodeReboot):
+            out.update({h: HostResult.failed(h, f"rollout.reboot is slurm but the scheduler is "
+                                                f"{self.scheduler.name}") for h in ready})
+        else:
+            out.update(self.scheduler.reboot_nodes(ready, why,
+                                                   timeout_s=self.opts.reboot_timeout_s))
         return out
 
     # implemented by the step and rollback mixins; declared here so each half type-checks

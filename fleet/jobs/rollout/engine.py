@@ -145,6 +145,10 @@ class RolloutEngine(WaveSteps, BenchGate, Rollbacks):
 
     # ---------------------------------------------------------------------- the run loop
     def _run(self) -> RolloutResult:
+        with self._heartbeat():  # fresh through every long host call (issue 29, defect 11)
+            return self._run_waves()
+
+    def _run_waves(self) -> RolloutResult:
         assert self.rid is not None
         self._load()
         try:

@@ -54,6 +54,9 @@ class RolloutOptions:
     probe_batch: int = 1000
     record_snapshots: bool = True
     heartbeat_s: float = 60.0  # longest sleep between heartbeats while baking
+    # the timer keeps the heartbeat fresh only while the controller showed a sign of life (a
+    # host call started, a history write) within this; past it a hung controller goes stale
+    quiet_limit_s: float = 3600.0
     reboot_timeout_s: float = 900.0  # a node rebooted through the scheduler must be back
 
     def as_dict(self) -> dict[str, Any]:

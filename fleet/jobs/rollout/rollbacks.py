@@ -13,9 +13,12 @@ from fleet.history.rollouts import (
     WaveRow,
 )
 from fleet.jobs.apply import needs_reboot
-from fleet.jobs.drain import DrainWait
+from fleet.jobs.drain import DrainWait, drain_hosts
 from fleet.jobs.rollout.core import EngineCore
 from fleet.jobs.rollout.model import _UNLOCK, RolloutResult, _moved, _summary
+
+VERIFIED = frozenset({"benchmarking", "judged", "undraining", "done"})
+"""Step states in which the host passed its verify on the release it runs."""
 
 
 class Rollbacks(EngineCore):
@@ -29,7 +32,8 @@ class Rollbacks(EngineCore):
             waves = [x for x in self.waves if x.pool == w.pool and x.index <= w.index]
         rows = [r for x in waves for r in self.by_wave.get(x.id, [])]
         targets = [r for r in rows if r.state in MAY_HAVE_MOVED or r.state == "rolling_back"
-                   or (r.state == "failed" and _moved(r) and not r.detail.get("quarantined"))]
+                   or (r.state in ("failed", "draining", "drained") and _moved(r)
+                       and not r.detail.get("quarantined"))]
         status = "aborted" if self._aborting else "rolled_back"
         self._write([], events=[self._ev("rollout.rollback",
                                          f"rolling back {len(targets)} host(s) of "
@@ -84,27 +88,7 @@ class Rollbacks(EngineCore):
         snaps: list[tuple[Any, ...]] = []
         for back, group in targets.items():
             release = self.matrix.release(back)
-            live = []
-            redrain = []
-            for r in group:  # hosts put back in service by an earlier wave: drain them again
-                if self.scheduler.state(r.host).state == "available":
-                    redrain.append(r)
-                else:
-                    live.append(r)
-            if redrain:  # and wait for the jobs they took on since, like any drain
-                settings = self._settings(redrain[0].pool).drain
-                wait = DrainWait(self.scheduler, settings, f"rollout {self.rid} rollback",
-                                 now=self.now, sleep=self.sleep)
-                views = wait.wait([r.host for r in redrain], limit_s=settings.timeout_s)
-                for r in redrain:
-                    v = views[r.host]
-                    if v.outcome == "ready":
-                        r.detail = {**r.detail, "ours": True, "released": False}
-                        live.append(r)
-                    else:
-                        r.detail = {**r.detail, "ours": v.outcome in ("timeout", "failed")}
-                        self._fail(r, "rollback", f"drain: {v.describe()}",
-                                   unreachable=v.outcome == "down")
+            live = self._rollback_drain(group)
             plans = self.backend.plan([r.host for r in live], release) if live else {}
             change = []
             for r in live:
@@ -123,7 +107,10 @@ class Rollbacks(EngineCore):
             reboot = [r for r in live if health[r.host][3]
                       and needs_reboot(health[r.host][3][0][2])]
             if reboot:
-                rb = self.backend.reboot([r.host for r in reboot])
+                rb: dict[str, Any] = {}
+                for pool in dict.fromkeys(r.pool for r in reboot):
+                    rb.update(self._reboot_now(pool, [r.host for r in reboot if r.pool == pool],
+                                               f"rollout {self.rid} rollback"))
                 for r in reboot:
                     if not rb[r.host].ok:
                         self._fail(r, "rollback", f"reboot: {rb[r.host].error}",
@@ -143,8 +130,18 @@ class Rollbacks(EngineCore):
                            phase="end", to={s: [r.host for r in rows if r.state == s]
                                             for s in {r.state for r in rows}})]
         # a host that could not be put back on a verified release is quarantined: it stays
-        # drained (on record) instead of going back into service broken
-        bad = [r for r in rows if r.state == "failed" and r.detail.get("failed_at") == "rollback"]
+        # drained (on record) instead of going back into service broken. One the rollback
+        # could not drain (someone else's drain, jobs past the timeout, a state it could not
+        # read) was not touched: it stays on the release it was verified on, else quarantined
+        bad = [r for r in rows if r.state == "failed" and r.detail.get("failed_at") == "rollback"
+               and not (r.detail.get("rollback_skipped")
+                        and r.detail.get("rollback_from_state") in VERIFIED)]
+        for r in rows:
+            if r.detail.get("rollback_skipped") and r not in bad:
+                events.append(self._ev("rollout.host", f"{r.host}: {r.detail.get('error')}; "
+                                       f"left on {r.to_release}, the release it was verified "
+                                       "on", host=r.host, state="failed", step="rollback",
+                                       error=r.detail.get("error"), skipped=True))
         for r in bad:
             r.detail = {**r.detail, "quarantined": True}
             events.append(self._ev("rollout.host", f"{r.host}: rollback failed "
@@ -157,6 +154,44 @@ class Rollbacks(EngineCore):
             open_quarantine(self.history, r.host, reason=f"rollout {self.rid}: rollback "
                             f"failed: {r.detail.get('error')}", opened_by=self.actor,
                             at=self.now(), data={"rollout": self.rid})
+
+    def _rollback_drain(self, rows: list[StepRow]) -> list[StepRow]:
+        """The same drain-and-wait as a forward step, for every host the rollback puts back
+        (one still drained by fleet is ready at the first look); returns the hosts drained and
+        empty. The others are skipped and named, never pinned or rebooted: drained by someone
+        else, jobs past the timeout (after `cancel`/`requeue` where the matrix says so), a drain
+        refused, or a state that stayed unreadable (asked again every poll until the
+        timeout)."""
+        ready: list[StepRow] = []
+        for pool in dict.fromkeys(r.pool for r in rows):
+            group = [r for r in rows if r.pool == pool]
+            settings = self._settings(pool).drain
+            wait = DrainWait(self.scheduler, settings, f"rollout {self.rid} rollback",
+                             now=self.now, sleep=self.sleep)
+            stops: list[Any] = []
+            action = settings.on_timeout
+
+            def stopped(host: str, msg: str, jobs: list[str], stops: list[Any] = stops,
+                        action: str = action) -> None:
+                stops.append(self._ev("rollout.drain.stop", msg, host=host, jobs=jobs,
+                                      action=action))
+
+            views = drain_hosts(wait, [r.host for r in group], on_stop=stopped)
+            for r in group:
+                v = views[r.host]
+                # fleet's drain is on the host now (unless someone else's was): lifted at the
+                # end unless the host is quarantined
+                r.detail = {**r.detail, "ours": v.outcome not in ("taken", "down"),
+                            "released": False}
+                if v.outcome == "ready":
+                    ready.append(r)
+                    continue
+                self._fail(r, "rollback", f"not rolled back: {v.describe()}",
+                           unreachable=v.outcome == "down",
+                           rollback_skipped=v.outcome != "down")
+            if stops:
+                self._write([], events=stops, label="rollback:drain:stop")
+        return ready
 
     def _fallback_release(self, r: StepRow) -> str | None:
         prev = self.matrix.policy.previous.get(r.pool)

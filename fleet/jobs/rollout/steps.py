@@ -12,13 +12,13 @@ from fleet.domain.gates import (
 )
 from fleet.domain.matrix.models import RolloutSettings
 from fleet.domain.pinning import release_of
-from fleet.domain.ports import HostResult, NodeReboot
+from fleet.domain.plan import fit_drain_budget, resolve_max_unavailable
+from fleet.history import list_quarantines
 from fleet.history.quarantines import is_quarantined
 from fleet.history.rollouts import (
     StepRow,
     WaveRow,
 )
-from fleet.jobs.apply import restore_release
 from fleet.jobs.drain import DrainWait, drain_hosts
 from fleet.jobs.rollout.core import EngineCore
 from fleet.jobs.rollout.model import _UNLOCK, _is_failure, _moved, _Stop
@@ -30,9 +30,20 @@ class WaveSteps(EngineCore):
     def _drain(self, w: WaveRow, rows: list[StepRow]) -> None:
         """Drain the wave's hosts and wait until each is drained AND empty (see
         `fleet.jobs.drain`); jobs outliving the pool's timeout pause the rollout (default),
-        skip the host, or are cancelled or requeued, as the matrix says."""
+        skip the host, or are cancelled or requeued, as the matrix says.
+
+        Rows an earlier controller (or a pause) left drained, applying or rebooting are drained
+        and waited for again before anything can disrupt them: someone may have put the host
+        back into service meanwhile (a forced `fleet rollback`, an operator's resume). Before
+        the drain, `max_unavailable` is checked against what is out of service now."""
+        again = [r for r in rows if r.state in ("drained", "applying")
+                 or (r.state == "rebooting" and not r.ended)]
+        for r in again:
+            r.detail = {**{k: v for k, v in r.detail.items()
+                           if k not in ("drain_since", "drain_timed_out")},
+                        "redrain": r.detail.get("redrain") or r.state}
         todo = [r for r in rows if r.state == "planned"
-                or (r.state == "draining" and not r.ended)]
+                or (r.state == "draining" and not r.ended) or r in again]
         if not todo:
             return
         settings = self._settings(w.pool).drain
@@ -55,6 +66,7 @@ class WaveSteps(EngineCore):
                               + (f" ({a['owner']})" if a.get("owner") else ""))
                 continue
             live.append(r)
+        live = self._within_budget(w, live)
         by_host = {r.host: r for r in live}
         since = {r.host: datetime.fromisoformat(r.detail["drain_since"])
                  for r in live if r.detail.get("drain_since")}
@@ -79,8 +91,16 @@ class WaveSteps(EngineCore):
             if v.outcome == "ready":
                 self._set([r], "drained", ended=True, ours=True, drain_waited_s=v.waited_s)
             elif v.outcome == "taken":
-                self._skip(r, "drained by someone else while fleet waited: "
-                              f"{v.reason}" + (f" ({v.owner})" if v.owner else ""), ours=False)
+                why = ("drained by someone else while fleet waited: "
+                       f"{v.reason}" + (f" ({v.owner})" if v.owner else ""))
+                if _moved(r):  # half-way to the target: a failure, repaired when it can be
+                    self._fail(r, "drain", why, ours=False)
+                else:
+                    self._skip(r, why, ours=False)
+            elif v.outcome == "timeout" and settings.on_timeout == "skip" and _moved(r):
+                self._fail(r, "drain", f"{describe_jobs(v.jobs)} outlived the drain timeout "
+                                       f"({settings.timeout_minutes:g} min) after the host "
+                                       "was put back into service half-way to its target")
             elif v.outcome == "timeout" and settings.on_timeout == "skip":
                 err = self._undrain_one(r)
                 self._skip(r, f"{describe_jobs(v.jobs)} outlived the drain timeout "
@@ -116,6 +136,38 @@ class WaveSteps(EngineCore):
                                   *self._host_events(todo)],
                     label=f"wave{w.index}:drain:end")
 
+    def _within_budget(self, w: WaveRow, rows: list[StepRow]) -> list[StepRow]:
+        """The rows that may be drained without more than the pool's `max_unavailable` out of
+        service now; the others are skipped, named with what is out (hosts an earlier wave
+        left out, quarantined, drained or down by anyone). A host already half-way to its
+        target is always drained: leaving it in service is worse."""
+        if not rows:
+            return rows
+        pool = [ref for ref in self.refs.values() if ref.pool == w.pool]
+        quarantined = {h.name for _q, h in list_quarantines(self.history, pool=w.pool)}
+        out = {ref.name for ref in pool if ref.name in quarantined
+               or self.scheduler.state(ref.name).state != "available"}
+        cap = resolve_max_unavailable(self._settings(w.pool), len(pool))
+        must = [r for r in rows if _moved(r)]
+        may, held = fit_drain_budget([r.host for r in rows if not _moved(r)],
+                                     out | {r.host for r in must}, cap,
+                                     {ref.name: ref.unit for ref in pool})
+        if not held:
+            return rows
+        others = sorted(out - set(may) - {r.host for r in rows})
+        why = (f"max_unavailable {cap} of pool {w.pool} used up: {len(out)} host(s) out of "
+               f"service now" + (f" ({', '.join(others[:10])})" if others else ""))
+        skipped = [r for r in rows if r.host in held]
+        for r in skipped:
+            self._skip(r, f"{why}; left on its release")
+        self._write(skipped, events=[self._ev("rollout.budget", f"wave {w.index} ({w.pool}): "
+                                              f"{len(skipped)} host(s) held back: {why}",
+                                              wave=w.index, pool=w.pool, out=sorted(out),
+                                              hosts=[r.host for r in skipped],
+                                              max_unavailable=cap)],
+                    label=f"wave{w.index}:drain:budget")
+        return [r for r in rows if r.host not in held]
+
     def _drain_round(self, w: WaveRow, by_host: dict[str, StepRow],
                      views: list[DrainView]) -> None:
         """Who waits for what, on record after every look (the live display and `rollout
@@ -128,17 +180,6 @@ class WaveSteps(EngineCore):
             r.detail = {**r.detail, "waiting_for": {"jobs": list(v.jobs),
                                                     "waited_s": round(v.waited_s)}}
         self._write([by_host[v.host] for v in waiting], label=f"wave{w.index}:drain:wait")
-
-    def _reboot_hosts(self, w: WaveRow, hosts: list[str]) -> dict[str, Any]:
-        """Over SSH, or through the workload manager when the pool says `reboot: slurm`
-        (its RebootProgram, and it knows when the node is back)."""
-        if self._settings(w.pool).reboot != "slurm":
-            return self.backend.reboot(hosts)
-        if not isinstance(self.scheduler, NodeReboot):
-            return {h: HostResult.failed(h, f"rollout.reboot is slurm but the scheduler is "
-                                            f"{self.scheduler.name}") for h in hosts}
-        return self.scheduler.reboot_nodes(hosts, f"rollout {self.rid} wave {w.index}",
-                                           timeout_s=self.opts.reboot_timeout_s)
 
     def _skip(self, r: StepRow, why: str, **detail: Any) -> None:
         when = self.now()
@@ -173,20 +214,54 @@ class WaveSteps(EngineCore):
                     label=f"wave{w.index}:apply:begin")
         change = [r for r in ready if r.detail.get("pending")]
         out = self.backend.apply([r.host for r in change], release) if change else {}
+        broken: list[StepRow] = []
         for r in ready:
             res = out.get(r.host)
             if res is not None and not res.ok:
-                err = res.error
+                self._fail(r, "apply", res.error, unreachable=not res.reachable, restored=False)
                 if res.reachable:
-                    back = restore_release(self.backend, self.matrix, r.host, r.from_release)
-                    err = f"{err}; {back}"
-                self._fail(r, "apply", err, unreachable=not res.reachable, restored=True)
+                    broken.append(r)
                 continue
             r.detail = {k: v for k, v in r.detail.items() if k != "pending"}
             self._set([r], "applying", ended=True)
+        snaps = self._restore(broken)
         self._write(ready, events=[self._step_event(w, "apply", "end", ready),
                                    *self._host_events(ready)],
-                    label=f"wave{w.index}:apply:end")
+                    label=f"wave{w.index}:apply:end", snapshots=snaps)
+
+    def _restore(self, rows: list[StepRow]) -> list[tuple[Any, ...]]:
+        """Put hosts whose pin failed half-way back on the release they had (never a reboot).
+
+        `restored` only when a probe against that release then passes the health checks;
+        otherwise the host stays failed and moved: drained, repaired by a verified rollback or
+        quarantined, and counted against the failure budget like any failure."""
+        by_release: dict[str, list[StepRow]] = {}
+        for r in rows:
+            if r.from_release is None:
+                r.detail = {**r.detail, "error": f"{r.detail.get('error')}; no known previous "
+                                                 "release to restore: the host needs attention"}
+            else:
+                by_release.setdefault(r.from_release, []).append(r)
+        snaps: list[tuple[Any, ...]] = []
+        for back, group in by_release.items():
+            out = self.backend.apply([r.host for r in group], self.matrix.release(back))
+            put_back = []
+            for r in group:
+                res = out[r.host]
+                if res.ok:
+                    put_back.append(r)
+                else:
+                    r.detail = {**r.detail, "error": f"{r.detail.get('error')}; restoring "
+                                                     f"{back} failed too: {res.error}"}
+            health = self._probe_health(put_back, lambda r: r.from_release or "")
+            for r in put_back:
+                ok, err, _unreachable, snap = health[r.host]
+                snaps += snap
+                what = f"restored {back}, verified" if ok else f"restoring {back} not " \
+                                                              f"verified: {err}"
+                r.detail = {**r.detail, "error": f"{r.detail.get('error')}; {what}",
+                            "restored": ok}
+        return snaps
 
     def _reboot(self, w: WaveRow, rows: list[StepRow]) -> None:
         todo = [r for r in rows if (r.state == "applying" and r.ended and r.detail.get("reboot"))
@@ -196,7 +271,8 @@ class WaveSteps(EngineCore):
         self._set(todo, "rebooting", ended=False)
         self._write(todo, events=[self._step_event(w, "reboot", "begin", todo)],
                     label=f"wave{w.index}:reboot:begin")
-        out = self._reboot_hosts(w, [r.host for r in todo])
+        out = self._reboot_now(w.pool, [r.host for r in todo],
+                               f"rollout {self.rid} wave {w.index}")
         for r in todo:
             res = out[r.host]
             if res.ok:

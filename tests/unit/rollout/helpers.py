@@ -19,6 +19,63 @@ class Crash(BaseException):
     """The controller dies here (not an Exception: nothing in the engine may catch it)."""
 
 
+class Wrap:
+    """A backend or scheduler passing every call through to `inner`; override what a test
+    breaks."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+class ManualTicker:
+    """The heartbeat timer in a test: `fire()` is one tick of wall time passing."""
+
+    def __init__(self) -> None:
+        self.tick: Callable[[], None] | None = None
+        self.running = False
+
+    def start(self, every_s: float, tick: Callable[[], None]) -> None:
+        self.tick, self.running = tick, True
+
+    def stop(self) -> None:
+        self.running = False
+
+    def fire(self) -> None:
+        if self.running and self.tick is not None:
+            self.tick()
+
+
+class RebootLog:
+    """Every reboot of the simulated fleet (over SSH or through its scheduler), and the ones
+    done while the simulation's ground truth had a job running on the host (`busy`) or the
+    host was not drained (`undrained`)."""
+
+    def __init__(self, fleet: SimFleet) -> None:
+        self.fleet, self.sched = fleet, fleet.scheduler()
+        self.rebooted: list[str] = []
+        self.busy: list[tuple[str, str]] = []
+        self.undrained: list[tuple[str, str]] = []
+        orig = fleet.reboot
+
+        def reboot(hosts: Any) -> Any:
+            for h in hosts:
+                self.rebooted.append(h)
+                a = self.sched.state(h)
+                if self.sched._running(self.sched._node(h)):  # ground truth, not a listing
+                    self.busy.append((h, f"{a.state} ({a.reason})"))
+                if a.state not in ("drained", "draining", "down"):
+                    self.undrained.append((h, a.state))
+            return orig(hosts)
+
+        fleet.reboot = reboot  # type: ignore[method-assign]
+
+    def boots(self, host: str) -> int:
+        return self.rebooted.count(host)
+
+
 class Rig:
     def __init__(self, matrix: Matrix, tmp: Path, *, pools: Mapping[str, int] = POOLS,
                  seed: int = 0, **build: Any) -> None:
