@@ -18,6 +18,7 @@ GROUPS: tuple[tuple[str, str], ...] = (
     ("hygiene", "hygiene_cmd"),
     ("quarantine", "quarantine_cmd"),
     ("bundle", "diagnose_cmd"),
+    ("hosts", "hosts_cmd"),
 )
 
 

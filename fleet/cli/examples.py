@@ -127,6 +127,13 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "quarantine list": ("fleet quarantine list", "fleet quarantine list --all --json"),
     "quarantine release": ("fleet quarantine release gpu-07 --reason 'GPU replaced' "
                            "--scheduler slurm",),
+    # ------------------------------------------------------------------------- host keys
+    "hosts": (f"fleet hosts trust -i {INV} gpu-01 --dry-run",),
+    "hosts trust": (
+        f"fleet hosts trust -i {INV} gpu-01 --fingerprint SHA256:abc...",
+        f"fleet hosts trust -i {INV} h100-canary --dry-run --json",
+        f"fleet hosts trust -i {INV} gpu-07 --replace",
+    ),
 }
 
 

@@ -119,7 +119,12 @@ class SshBackend:
 
         out: dict[str, HostResult[HostFacts]] = {
             n: HostResult.unreachable(n, e) for n, e in unreachable.items()}
+        from fleet.remote.bounded import HostTimedOut
+
         for name, value in raw.items():
+            if isinstance(value, HostTimedOut):  # it took the session and never answered
+                out[name] = HostResult.unreachable(name, f"probe {value}")
+                continue
             if isinstance(value, Exception):
                 out[name] = HostResult.failed(name, f"probe failed: {value}")
                 continue

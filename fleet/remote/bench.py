@@ -166,6 +166,10 @@ def to_samples(host: str, doc: Mapping[str, Any]) -> HostResult[Samples]:
 
 Doc = dict[str, Any]
 
+BENCH_TIMEOUT_S = 3600.0
+"""Deadline of one benchmark run on one host (a replay of a long trace takes minutes); past it
+the host's result is a timeout, the others' are kept."""
+
 
 def run_benchmark_docs(conn: Any, hosts: Sequence[str] | None, suite: str,
                        params: Mapping[str, Any] | None = None) -> dict[str, HostResult[Doc]]:
@@ -213,7 +217,7 @@ def run_benchmark_docs(conn: Any, hosts: Sequence[str] | None, suite: str,
 
     subset = Connected(conn.state, [h for h in conn.active if h.name not in results
                                     and (wanted is None or h.name in wanted)], {})
-    got = gather(subset, BenchmarkResult, command=command)
+    got = gather(subset, BenchmarkResult, timeout=BENCH_TIMEOUT_S, command=command)
     for name, value in got.items():
         if isinstance(value, Exception):
             results[name] = HostResult.failed(name, f"{type(value).__name__}: {value}")

@@ -107,15 +107,17 @@ def _target(inventory: Path | str, host: str) -> tuple[SshTarget, str | None]:
 
 
 def collect_host(inventory: Path | str, host: str, seconds: int = 10) -> dict[str, str]:
-    """Run the collection script on `host` (over the project's fabric seam, strict host keys);
-    CouldNotComplete when the host cannot be reached or the script cannot run."""
+    """Run the collection script on `host` (over the project's fabric seam, strict host keys,
+    at most BUNDLE_LIMIT bytes of output); CouldNotComplete when the host cannot be reached,
+    the script cannot run or the host sends more than that."""
+    from fleet.remote.bounded import BUNDLE_LIMIT
     from fleet.remote.ssh_exec import run_everywhere
 
     target, url = _target(inventory, host)
     nonce = secrets.token_hex(8)
     script = collect_script(seconds, nonce, url)
     result = run_everywhere([target], "sh -s <<'FLEET_BUNDLE_EOF'\n" + script +
-                            "FLEET_BUNDLE_EOF\n", timeout=seconds + 90)[0]
+                            "FLEET_BUNDLE_EOF\n", timeout=seconds + 90, limit=BUNDLE_LIMIT)[0]
     if result.exit_code is None:
         raise CouldNotComplete(f"{host}: {result.error}")
     files = split_output(result.stdout, nonce)

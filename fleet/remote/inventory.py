@@ -13,9 +13,10 @@ effect of reading a file (tests, the history store and `fleet matrix` would all 
 `pyinfra_cli.inventory` is imported without running it (its own imports patch nothing).
 
 Then every name that reaches hosts and tools is checked against fleet.domain.names (host names,
-group names, `pool` and `slurm_node` host data), and a host listed twice with different data is
-refused: all problems at once, each with the file and, where the name is a literal in it, the
-line, before anything connects anywhere.
+group names, `pool` and `slurm_node` host data), a host listed twice with different data and an
+`ssh_strict_host_key_checking` other than "yes" (fleet.remote.hostkeys) are refused: all
+problems at once, each with the file and, where the name is a literal in it, the line, before
+anything connects anywhere.
 """
 
 from __future__ import annotations
@@ -254,6 +255,13 @@ def check_inventory(inventory: Any, *, file: Path | None, source: str,
             problems.append(Problem(where_file, at(group), field, f"refusing {problem}"))
     for host in inventory:
         data = host.data.dict()
+        strict = data.get("ssh_strict_host_key_checking")
+        if strict is not None and strict != "yes":
+            text = strict if isinstance(strict, str) else ""
+            problems.append(Problem(
+                where_file, at(text) if text else None, "ssh_strict_host_key_checking",
+                f"host {host.name!r}: refusing {strict!r}: fleet checks host keys strictly "
+                "(\"yes\", the default); trust a new host's key with `fleet hosts trust`"))
         for key, kind in _NAME_DATA.items():
             value = data.get(key)
             if value is None:

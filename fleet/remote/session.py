@@ -125,6 +125,7 @@ def connected(inventory: Any, hosts: Iterable[Any], *, parallel: int = 0,
     config = Config(PARALLEL=parallel, CONNECT_TIMEOUT=connect_timeout)  # type: ignore[no-untyped-call]
     state = State(inventory, config,
                   initial_limit=chosen)
+    strict_host_keys(chosen)
     collector = _ErrorCollector()
     log = logging.getLogger("pyinfra")
     log.addHandler(collector)
@@ -196,24 +197,62 @@ def _close_clients(hosts: Iterable[Any]) -> None:
                 client.close()
 
 
+def strict_host_keys(hosts: Iterable[Any]) -> None:
+    """Every SSH connection checks the host key strictly: pyinfra's default, `accept-new`,
+    would save an impostor's key at first contact and send it the password. The inventory
+    check refuses another value; this holds for inventories built in code too. The host keys
+    pyinfra keeps between connections are dropped, so a key trusted or removed since is seen.
+    """
+    from pyinfra.connectors.ssh import SSHConnector
+    from pyinfra.connectors.sshuserclient.client import get_host_keys
+
+    get_host_keys.cache.clear()
+    for h in hosts:
+        connector = getattr(h, "connector", None)
+        if isinstance(connector, SSHConnector):
+            connector.data["ssh_strict_host_key_checking"] = "yes"
+
+
 def _reason(host: str, messages: list[str]) -> str:
+    from fleet.remote.hostkeys import refusal
+
     for m in reversed(messages):
         if f"[{host}]" in m:
-            return m.split("]", 1)[1].strip()
+            text = m.split("]", 1)[1].strip()
+            if "StrictPolicy: No host key for" in text:
+                name = text.split("No host key for ", 1)[1].split(" found", 1)[0]
+                return refusal(host, f"unknown host key: {name} is not in known_hosts")
+            if "Host key for" in text and "does not match" in text:
+                name = text.split("Host key for ", 1)[1].split(" does not match", 1)[0]
+                return refusal(host, f"host key changed: {name} offers another key than "
+                                     "known_hosts holds")
+            return text
     return "could not connect"
 
 
 def gather(conn: Connected, fact: Any, kwargs_for: Callable[[Any], dict[str, Any]] | None = None,
+           *, timeout: float | None = None, limit: int | None = None,
            **kwargs: Any) -> dict[str, Any]:
     """A fact from every reachable host, in parallel: {host name: value or exception}.
 
     `kwargs_for(host)` gives per-host fact arguments (a probe cursor, say); `kwargs` are shared.
+    Over SSH each host's command runs bounded (fleet.remote.bounded): within `timeout` seconds
+    (default: the host's `command_timeout_s` data, else COMMAND_TIMEOUT_S) and at most `limit`
+    bytes of output (default FACT_LIMIT); past either, that host's value is the exception
+    (HostTimedOut, OutputTooLarge) and the others are unaffected. Hosts on other connectors
+    (`@local`, the test connectors) go through pyinfra's own fact code.
     """
     import gevent
 
+    from fleet.remote.bounded import FACT_LIMIT
+
     def one(h: Any) -> Any:
+        args = {**kwargs, **(kwargs_for(h) if kwargs_for else {})}
         try:
-            return h.get_fact(fact, **kwargs, **(kwargs_for(h) if kwargs_for else {}))
+            if _ssh_client(h) is not None:
+                return _bounded_fact(conn.state, h, fact, args, timeout=_timeout_for(h, timeout),
+                                     limit=limit or FACT_LIMIT)
+            return h.get_fact(fact, **args)
         except Exception as exc:
             return exc
 
@@ -221,6 +260,78 @@ def gather(conn: Connected, fact: Any, kwargs_for: Callable[[Any], dict[str, Any
     jobs = [conn.state.pool.spawn(one, h) for h in hosts]
     gevent.joinall(jobs)
     return {h.name: j.value for h, j in zip(hosts, jobs, strict=True)}
+
+
+class FactFailed(Exception):
+    """A fact's command exited non-zero: its output is not read as the fact."""
+
+
+_NO_COMMAND = "##FLEET-NO-COMMAND##"
+
+
+def _ssh_client(host: Any) -> Any:
+    """The connected paramiko client of a host on pyinfra's SSH connector, else None."""
+    from pyinfra.connectors.ssh import SSHConnector
+
+    connector = getattr(host, "connector", None)
+    if not isinstance(connector, SSHConnector):
+        return None
+    return getattr(connector, "client", None)
+
+
+def _timeout_for(host: Any, timeout: float | None) -> float:
+    from fleet.remote.bounded import COMMAND_TIMEOUT_S
+
+    if timeout is not None:
+        return timeout
+    value = host.data.get("command_timeout_s")
+    try:
+        seconds = float(value) if value is not None else COMMAND_TIMEOUT_S
+    except (TypeError, ValueError):
+        raise ValueError(f"command_timeout_s: expected seconds, got {value!r}") from None
+    if not seconds > 0:
+        raise ValueError(f"command_timeout_s: expected seconds above 0, got {value!r}")
+    return seconds
+
+
+def _bounded_fact(state: Any, host: Any, fact_cls: Any, args: dict[str, Any], *,
+                  timeout: float, limit: int) -> Any:
+    """What `host.get_fact(fact_cls, **args)` returns, read through `run_bounded`.
+
+    The command line is the one pyinfra would send (its `_sudo`, `_env` and shell settings
+    from the host's data), with the fact's `requires_command` guard; a missing command gives
+    the fact's default, a non-zero exit FactFailed.
+    """
+    from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS, pop_global_arguments
+    from pyinfra.api.command import StringCommand
+    from pyinfra.connectors.util import make_unix_command_for_host
+
+    from fleet.remote.bounded import run_bounded
+
+    fact = fact_cls()
+    command = str(fact.command(**args))
+    requires = fact.requires_command(**args)
+    if requires:
+        command = (f"if command -v {requires} >/dev/null 2>&1; then ( {command} ); "
+                   f"else echo '{_NO_COMMAND}'; fi")
+    global_args, _ = pop_global_arguments(state, host, {})
+    executor = {k: v for k, v in global_args.items() if k in CONNECTOR_ARGUMENT_KEYS}
+    executor.pop("_timeout", None)
+    executor.pop("_success_exit_codes", None)
+    executor.pop("_get_pty", None)
+    executor.pop("_stdin", None)
+    line = make_unix_command_for_host(state, host, StringCommand(command), **executor)
+    client = _ssh_client(host)
+    out = run_bounded(client.get_transport(), line.get_raw_value(), timeout=timeout,
+                      limit=limit)
+    lines = out.stdout.decode("utf-8", "replace").splitlines()
+    if out.exit_code != 0:
+        tail = out.stderr.decode("utf-8", "replace").strip().splitlines()[-3:]
+        raise FactFailed(f"{fact.name} exited {out.exit_code}" +
+                         (f": {' | '.join(tail)}" if tail else ""))
+    if lines == [_NO_COMMAND]:
+        return fact.default()
+    return fact.process(lines) if lines else fact.default()
 
 
 def apply(conn: Connected, op: Callable[..., Any], kwargs_for: Callable[[Any], dict[str, Any]],

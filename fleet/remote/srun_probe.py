@@ -13,8 +13,8 @@ program, hence `/usr/bin/env` and the PATH a login shell would have.
 
 Output. `srun -l` prefixes each line with its task id, and slurmstepd cuts long lines into
 labelled pieces, so every task prints its node name first and then its facts compressed,
-base64-encoded and cut into short numbered lines; `parse_srun_output` puts them back together
-and says, per node, what went wrong when they do not add up.
+base64-encoded and cut into short numbered lines; `parse_srun_output` (fleet.remote.srun_output)
+puts them back together and says, per node, what went wrong when they do not add up.
 
 Binding. A node is untrusted: what it prints about itself proves nothing. `srun -v` prints, on
 the controller, which host it launched each task on (`srun: launching StepId=J.S on host NODE,
@@ -45,10 +45,9 @@ import time
 import uuid
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
 
 from pydantic import ValidationError
 
@@ -56,20 +55,15 @@ from fleet.domain.facts import HostFacts
 from fleet.domain.names import check_name
 from fleet.domain.ports import HostRef, HostResult
 from fleet.remote.backend import SshBackend
+from fleet.remote.srun_output import TAG, parse_sinfo, parse_srun_output
 
 PROBE_SOURCE = Path(__file__).resolve().parent.parent / "probe" / "hostprobe.py"
-TAG = "FLEET-PROBE"
 # A line of output is at most CHUNK characters plus the tag and the node name's length cut back
 # out of it: slurmstepd cuts lines into 1024-byte labelled pieces (seen on Slurm 22.05).
 CHUNK = 960
 NODE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _CURSOR_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789=;:-_.+/,")
 _PARTITION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-# sinfo %T suffixes: * not responding, ~ powered off, # powering up, ! pending power down,
-# % powering down, $ maintenance reservation, @ reboot pending, ^ reboot issued, - planned
-_SUFFIXES = "*~#!%$@^-"
-# states in which a node has a free CPU for a new job step right now
-_PROBEABLE = frozenset({"idle", "mixed"})
 
 # Runs on each node: name the node, run the probe's own main() with the SSH path's arguments,
 # print its JSON compressed in short numbered lines. Python 3.6+, stdlib only.
@@ -104,48 +98,9 @@ class SlurmInputError(ValueError):
 
 
 # ------------------------------------------------------------------------------------ sinfo
-@dataclass(frozen=True)
-class SinfoNode:
-    """One row of `sinfo -h -N -p P -o '%N|%T|%E'`."""
-
-    name: str
-    state: str  # as printed: "idle", "drained*", "mixed@"
-    reason: str | None = None
-
-    @property
-    def base(self) -> str:
-        return self.state.rstrip(_SUFFIXES).lower()
-
-    @property
-    def suffixes(self) -> str:
-        return self.state[len(self.state.rstrip(_SUFFIXES)):]
-
-    @property
-    def probeable(self) -> bool:
-        """Free for a probe step now: idle or mixed and no flag suffix at all."""
-        return self.base in _PROBEABLE and not self.suffixes
-
-    def why_not(self) -> str:
-        extra = f" ({self.reason})" if self.reason else ""
-        return f"not probed: Slurm says {self.state}{extra}"
-
-
 def sinfo_argv(partition: str) -> list[str]:
     check_partition(partition)
     return ["sinfo", "-h", "-N", "-p", partition, "-o", "%N|%T|%E"]
-
-
-def parse_sinfo(text: str) -> dict[str, SinfoNode]:
-    """Rows by node name; a node printed twice keeps its first row. `%E` is "none" when unset."""
-    out: dict[str, SinfoNode] = {}
-    for line in text.splitlines():
-        parts = line.strip().split("|", 2)
-        if len(parts) < 2 or not parts[0]:
-            continue
-        reason = parts[2].strip() if len(parts) > 2 else ""
-        out.setdefault(parts[0], SinfoNode(parts[0], parts[1].strip(),
-                                           None if reason in ("", "none", "(null)") else reason))
-    return out
 
 
 def check_partition(name: str) -> str:
@@ -206,147 +161,6 @@ def srun_argv(partition: str, nodes: Sequence[str], *, job_name: str, timeout_s:
         "/usr/bin/env", f"PATH={NODE_PATH}", python, "-c", wrapper_code(probe_source),
         wrapper_args(nodes, since, frameworks),
     ]
-
-
-@dataclass
-class SrunOutput:
-    """What `parse_srun_output` made of srun's stdout and stderr."""
-
-    docs: dict[str, dict[str, Any]] = field(default_factory=dict)
-    errors: dict[str, str] = field(default_factory=dict)  # node -> why no document
-    tasks: dict[int, str] = field(default_factory=dict)  # task id -> node, as srun launched it
-    general: list[str] = field(default_factory=list)  # srun's own errors naming no node
-
-
-_LABEL_RE = re.compile(r"^\s*(\d+): ?(.*)$")
-_TAG_RE = re.compile(rf"^{TAG} (\S+) (begin|end (\d+)|(\d+) (\S+))\s*$")
-_SRUN_NODE_RE = re.compile(r"^srun: error: ([A-Za-z0-9][A-Za-z0-9._-]*): task (\d+): (.*)$")
-_SRUN_LAUNCH_RE = re.compile(r"failed on node ([A-Za-z0-9][A-Za-z0-9._-]*): (.*)$")
-# `srun -v`: "srun: launching StepId=41.0 on host h1, 1 tasks: 0" (22.05; "41.0" before 20.11)
-_LAUNCHING_RE = re.compile(
-    r"^srun: launching \S+ on host ([A-Za-z0-9][A-Za-z0-9._-]*), \d+ tasks?: \[?([0-9,-]+)\]?$")
-# what srun says at its own error levels; `-v` adds its informational lines, which are not news
-_SRUN_PROBLEM_RE = re.compile(r"^srun: (error|fatal|Job|Force|Terminated|Cancelled|Timed out)")
-
-
-def _task_ids(spec: str) -> list[int]:
-    """`0`, `0,2`, `0-3` (a Slurm ranged list without its brackets) -> task ids."""
-    out: list[int] = []
-    for part in spec.split(","):
-        lo, _, hi = part.partition("-")
-        if lo.isdigit() and (not hi or hi.isdigit()):
-            out.extend(range(int(lo), int(hi or lo) + 1))
-    return out
-
-
-def launched_tasks(stderr: str) -> dict[int, str]:
-    """Task id -> node, from srun's own `launching ... on host` lines (`srun -v`). A task
-    announced on two nodes is left out: nothing it prints can be bound."""
-    tasks: dict[int, str] = {}
-    twice: set[int] = set()
-    for raw in stderr.splitlines():
-        m = _LAUNCHING_RE.match(raw.strip())
-        if not m:
-            continue
-        for task in _task_ids(m.group(2)):
-            if tasks.get(task, m.group(1)) != m.group(1):
-                twice.add(task)
-            tasks[task] = m.group(1)
-    return {t: n for t, n in tasks.items() if t not in twice}
-
-
-def parse_srun_output(stdout: str, stderr: str = "") -> SrunOutput:
-    """srun's labelled output -> one probe document per node that answered in full.
-
-    Pure. stdout lines are `TASK: FLEET-PROBE NODE begin|I CHUNK|end N`; each is filed under
-    the node srun says it launched TASK on (`launched_tasks`), and a task whose lines name
-    another node has its node's output refused. Anything else a task prints (a traceback on
-    stderr, labelled too) becomes that node's error when it has no document. Unlabelled
-    `srun: error:` lines naming a node are that node's error; the others are kept in `general`.
-    """
-    res = SrunOutput()
-    res.tasks = launched_tasks(stderr)
-    chunks: dict[str, dict[int, str]] = {}
-    ends: dict[str, int] = {}
-    begun: set[str] = set()
-    forged: dict[str, str] = {}  # node whose task spoke for another -> the first name it used
-    unbound: set[int] = set()
-    for raw in stdout.splitlines():
-        m = _LABEL_RE.match(raw)
-        if not m:
-            continue
-        task, text = int(m.group(1)), m.group(2)
-        t = _TAG_RE.match(text)
-        if not t:
-            continue
-        node = res.tasks.get(task)
-        if node is None:
-            unbound.add(task)
-            continue
-        if t.group(1) != node:
-            forged.setdefault(node, t.group(1))
-            continue
-        if t.group(2) == "begin":
-            begun.add(node)
-        elif t.group(3) is not None:
-            ends[node] = int(t.group(3))
-        else:
-            chunks.setdefault(node, {})[int(t.group(4))] = t.group(5)
-    if unbound:
-        res.general.append("ignored the output of task(s) "
-                           + ", ".join(str(t) for t in sorted(unbound))
-                           + ": srun did not say which node ran them")
-    task_err: dict[str, list[str]] = {}
-    for raw in stderr.splitlines():
-        line = raw.rstrip()
-        if not line.strip() or _LAUNCHING_RE.match(line.strip()):
-            continue
-        s = _SRUN_NODE_RE.match(line.strip())
-        if s:
-            res.errors.setdefault(s.group(1), s.group(3))
-            res.tasks.setdefault(int(s.group(2)), s.group(1))
-            continue
-        launch = _SRUN_LAUNCH_RE.search(line)
-        if line.startswith("srun:") and launch:
-            res.errors.setdefault(launch.group(1), launch.group(2))
-            continue
-        m = _LABEL_RE.match(line)
-        if m and not line.startswith("srun:"):
-            node = res.tasks.get(int(m.group(1)))
-            if node is not None:
-                task_err.setdefault(node, []).append(m.group(2).strip())
-                continue
-        if _SRUN_PROBLEM_RE.match(line):
-            res.general.append(line)
-    for node in begun | set(chunks) | set(ends):
-        if node in forged:
-            continue
-        got, want = chunks.get(node, {}), ends.get(node)
-        problem: str | None = None
-        if want is None:
-            problem = f"output cut short ({len(got)} piece(s), no end line)"
-        elif sorted(got) != list(range(want)):
-            problem = f"output incomplete ({len(got)} of {want} piece(s))"
-        else:
-            try:
-                text = zlib.decompress(base64.b64decode("".join(got[i] for i in range(want))))
-                doc = json.loads(text.decode())
-                if not isinstance(doc, dict):
-                    raise ValueError("not a JSON object")
-                res.docs[node] = doc
-                res.errors.pop(node, None)
-                continue
-            except (ValueError, zlib.error) as exc:
-                problem = f"output unreadable: {exc}"
-        detail = task_err.get(node)
-        res.errors[node] = problem + (f": {detail[-1]}" if detail else "")
-    for node, other in forged.items():
-        res.errors[node] = (f"refused: the task srun ran on {node} sent output naming {other!r} "
-                            "(a node answers for itself only)")
-    for node, lines in task_err.items():
-        if node not in res.docs and node not in res.errors:
-            res.errors[node] = lines[-1]
-    return res
 
 
 # ---------------------------------------------------------------------------------------- I/O

@@ -4,7 +4,9 @@ fabric's ThreadingGroup joins its threads without a timeout, so a stuck host wou
 command; here each host runs in a pool thread with a connect timeout and a command timeout, and
 the controller never waits longer than both. fabric accepts unknown host keys by default: the
 client is switched to paramiko's RejectPolicy with the inventory's known_hosts, so strict
-host-key checking stays on.
+host-key checking stays on (`fleet hosts trust` adds a key). fabric keeps everything a command
+prints; the command runs through `fleet.remote.bounded` instead, so one host's output is capped
+(`limit`, EXEC_LIMIT by default) and past it that host fails, cut off.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from fleet.remote.bounded import EXEC_LIMIT, HostTimedOut, OutputTooLarge, run_bounded
 
 
 @dataclass(frozen=True)
@@ -50,10 +54,12 @@ class ExecResult:
     seconds: float
 
 
-def _run_one(target: SshTarget, command: str, timeout: float, connect_timeout: float) -> ExecResult:
+def _run_one(target: SshTarget, command: str, timeout: float, connect_timeout: float,
+             limit: int = EXEC_LIMIT) -> ExecResult:
     import paramiko
     from fabric import Config, Connection
-    from invoke.exceptions import CommandTimedOut
+
+    from fleet.remote.hostkeys import refusal
 
     start = time.monotonic()
     connect_kwargs: dict[str, Any] = {"allow_agent": False, "look_for_keys": target.key is None}
@@ -67,13 +73,26 @@ def _run_one(target: SshTarget, command: str, timeout: float, connect_timeout: f
     try:
         if Path(known).is_file():
             conn.client.load_host_keys(known)
-        result = conn.run(command, hide=True, warn=True, timeout=timeout, in_stream=False)
-        return ExecResult(target.name, result.exited, result.stdout, result.stderr, None,
-                          time.monotonic() - start)
-    except CommandTimedOut:
+        conn.open()
+        out = run_bounded(conn.client.get_transport(), command, timeout=timeout, limit=limit)
+        return ExecResult(target.name, out.exit_code, out.stdout.decode("utf-8", "replace"),
+                          out.stderr.decode("utf-8", "replace"), None, time.monotonic() - start)
+    except HostTimedOut:
         return ExecResult(target.name, None, "", "", f"timed out after {timeout:g}s",
                           time.monotonic() - start)
-    except Exception as exc:  # unreachable, auth, unknown host key: report, don't raise
+    except OutputTooLarge as exc:
+        return ExecResult(target.name, None, "", "", str(exc), time.monotonic() - start)
+    except paramiko.BadHostKeyException as exc:
+        return ExecResult(target.name, None, "", "", refusal(
+            target.name, f"host key changed: {exc.hostname} offers another key than "
+            f"{known} holds"), time.monotonic() - start)
+    except paramiko.SSHException as exc:
+        error = f"{type(exc).__name__}: {exc}"
+        if "not found in known_hosts" in str(exc):
+            error = refusal(target.name, f"unknown host key: {str(exc).split(chr(39))[1]} is "
+                                         f"not in {known}")
+        return ExecResult(target.name, None, "", "", error, time.monotonic() - start)
+    except Exception as exc:  # unreachable, auth: report, don't raise
         return ExecResult(target.name, None, "", "", f"{type(exc).__name__}: {exc}",
                           time.monotonic() - start)
     finally:
@@ -81,11 +100,13 @@ def _run_one(target: SshTarget, command: str, timeout: float, connect_timeout: f
 
 
 def run_everywhere(targets: Sequence[SshTarget], command: str, *, timeout: float = 60,
-                   connect_timeout: float = 10, parallel: int = 32) -> list[ExecResult]:
+                   connect_timeout: float = 10, parallel: int = 32,
+                   limit: int = EXEC_LIMIT) -> list[ExecResult]:
     if not targets:
         return []
     with ThreadPoolExecutor(max_workers=min(parallel, len(targets))) as pool:
-        futures = [pool.submit(_run_one, t, command, timeout, connect_timeout) for t in targets]
+        futures = [pool.submit(_run_one, t, command, timeout, connect_timeout, limit)
+                   for t in targets]
         return [f.result() for f in futures]
 
 

@@ -19,17 +19,8 @@ from typing import Any
 
 import pytest
 
-from fleet.remote.srun_probe import (
-    CHUNK,
-    TAG,
-    SinfoNode,
-    SlurmInputError,
-    parse_sinfo,
-    parse_srun_output,
-    slurm_env,
-    srun_argv,
-    srun_probe,
-)
+from fleet.remote.srun_output import TAG, SinfoNode, parse_sinfo, parse_srun_output
+from fleet.remote.srun_probe import CHUNK, SlurmInputError, slurm_env, srun_argv, srun_probe
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
