@@ -50,8 +50,9 @@ class KeyTarget:
 
 def key_target(name: str, data: Mapping[str, Any]) -> KeyTarget:
     """The same resolution pyinfra's SSH connector makes when it connects `name`."""
-    from pyinfra.connectors.sshuserclient.client import SSHClient
+    from pyinfra.connectors.sshuserclient.client import SSHClient, get_ssh_config
 
+    get_ssh_config.cache.clear()  # pyinfra keeps the file it read first; read it as it is now
     hostname = str(data.get("ssh_hostname") or name)
     port = int(data.get("ssh_port") or 0)
     resolved, cfg, _fwd, _policy, files, _alive, _agent = SSHClient().parse_config(  # type: ignore[no-untyped-call]
@@ -59,7 +60,8 @@ def key_target(name: str, data: Mapping[str, Any]) -> KeyTarget:
         strict_host_key_checking="yes")
     explicit = data.get("ssh_known_hosts_file")
     known = Path(os.path.expanduser(str(explicit))) if explicit else Path(files[0])
-    return KeyTarget(name, str(resolved), int(cfg.get("port") or 22), known)
+    # pyinfra's connect lays its own arguments over ssh_config's: an explicit ssh_port wins
+    return KeyTarget(name, str(resolved), port or int(cfg.get("port") or 22), known)
 
 
 def fingerprint(key: Any) -> str:

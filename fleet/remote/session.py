@@ -204,9 +204,10 @@ def strict_host_keys(hosts: Iterable[Any]) -> None:
     pyinfra keeps between connections are dropped, so a key trusted or removed since is seen.
     """
     from pyinfra.connectors.ssh import SSHConnector
-    from pyinfra.connectors.sshuserclient.client import get_host_keys
+    from pyinfra.connectors.sshuserclient.client import get_host_keys, get_ssh_config
 
     get_host_keys.cache.clear()
+    get_ssh_config.cache.clear()
     for h in hosts:
         connector = getattr(h, "connector", None)
         if isinstance(connector, SSHConnector):

@@ -147,3 +147,13 @@ def test_trust_writes_nothing_when_refused(tmp_path: Path) -> None:
     with pytest.raises(KeyRefused):
         trust(target, b)
     assert known.read_text() == text
+
+
+def test_key_target_reads_ssh_config_as_pyinfra_does(tmp_path: Path, home: Path) -> None:
+    (home / ".ssh" / "config").write_text(
+        "Host gpu-*\n  HostName 10.9.9.9\n  Port 2200\n"
+        f"  UserKnownHostsFile {tmp_path / 'site_known_hosts'}\n")
+    t = key_target("gpu-01", {})
+    assert (t.entry, t.known_hosts) == ("[10.9.9.9]:2200", tmp_path / "site_known_hosts")
+    t = key_target("gpu-01", {"ssh_port": 22})  # host data wins over ssh_config
+    assert t.entry == "10.9.9.9"
