@@ -27,6 +27,11 @@ PROBE_PARALLEL = 256
 so a 50-host probe ran in two rounds. A probe holds a connection for well under a second and
 costs the controller a few ms per host."""
 
+APPLY_TIMEOUT_S = 3600
+"""Deadline of each command of a pin (pyinfra's `_timeout`): an apt or dnf transaction that
+downloads a driver takes minutes; a host that takes the command and never finishes it fails
+after this, the others carry on."""
+
 # Groups pyinfra (or the inventory file) adds that are not pools; so are the file's stem and the
 # groups a connector attaches (`@local`).
 _NOT_POOLS = frozenset({"all"})
@@ -200,7 +205,8 @@ class SshBackend:
             conn.hosts = [h for h in conn.hosts if h.name in runnable]
             done = apply(conn, pin_release, lambda h: {
                 "release": release.name, "packages": _packages(release, families[h.name]),
-                "stream": release.driver_module_stream() if families[h.name] == "rhel" else None})
+                "stream": release.driver_module_stream() if families[h.name] == "rhel" else None,
+                "_timeout": APPLY_TIMEOUT_S})
         for name, outcome in done.items():
             res = out[name]
             res.seconds = time.monotonic() - start

@@ -49,3 +49,19 @@ def test_dry_run_executes_nothing() -> None:
         executed = [str(c) for c in host.connector.executed_commands]
     assert out["@fake/gpu-01"].changed
     assert not any("apt-get install" in c for c in executed)
+
+
+def test_a_pin_carries_its_deadline() -> None:
+    """pyinfra takes `_timeout` with the pin (SshBackend.apply passes APPLY_TIMEOUT_S) as the
+    deadline of each of its commands, and still runs it (issue 32, finding 5)."""
+    from fleet.remote.backend import APPLY_TIMEOUT_S
+
+    inv = make_inventory()
+    with connected(inv, select_hosts(inv, ["canary"])) as conn:
+        out = apply(conn, pin_release, lambda h: {"release": "r550", "packages": R,
+                                                  "_timeout": APPLY_TIMEOUT_S})
+        host = inv.get_host("@fake/gpu-01")
+        deadlines = {conn.state.get_op_data_for_host(host, op).global_arguments.get("_timeout")
+                     for op in conn.state.get_op_order()}
+    assert out["@fake/gpu-01"].ok and out["@fake/gpu-01"].changed, out["@fake/gpu-01"]
+    assert deadlines == {APPLY_TIMEOUT_S}
