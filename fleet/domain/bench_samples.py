@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from fleet.domain.judge import default_spec
+from fleet.domain.nesting import MAX_JSON_DEPTH, json_too_deep
 from fleet.errors import Problem
 
 MAX_PER_METRIC = 5  # bad values listed one by one per metric; the rest are counted
@@ -115,6 +116,10 @@ def _loads_located(text: str) -> tuple[Any, list[int]]:
 def read_samples(text: str, source: str) -> tuple[dict[str, list[float]], list[Problem]]:
     """A samples document (`{"metric": [numbers]}`, or a runner's `{"samples": {...}}`) and
     every problem in it, each with the line of the bad value and its JSON path."""
+    deep = json_too_deep(text)
+    if deep is not None:
+        return {}, [Problem(source, deep, None,
+                            f"not a samples document: nested deeper than {MAX_JSON_DEPTH} levels")]
     try:
         doc, offsets = _loads_located(text)
     except ValueError as exc:

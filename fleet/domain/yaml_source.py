@@ -184,6 +184,24 @@ def load_shipped(text: str) -> Any:
     return yaml.load(text, Loader=_FAST or yaml.SafeLoader)  # both are safe loaders
 
 
+class _BoundedLoader(yaml.SafeLoader):  # type: ignore[misc]
+    """PyYAML's safe loader with a nesting limit: its composer recurses once per level, so a
+    deep enough document ends in RecursionError instead of a problem naming the line."""
+
+    _depth = 0
+
+    def compose_node(self, parent: Node | None, index: Any) -> Node | None:
+        if self._depth >= MAX_DEPTH:
+            mark = self.peek_event().start_mark
+            raise yaml.composer.ComposerError(
+                None, None, f"nested deeper than {MAX_DEPTH} levels", mark)
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
 def read_yaml(text: str, file: str) -> YamlDocument:
     """Parse one YAML document; syntax errors become problems (data None), never exceptions."""
     if _FAST is not None:
@@ -197,7 +215,7 @@ def read_yaml(text: str, file: str) -> YamlDocument:
         finally:
             loader.dispose()
     try:
-        loader = yaml.SafeLoader(text)
+        loader = _BoundedLoader(text)
     except yaml.reader.ReaderError as exc:
         return YamlDocument(None, SourceMap(), [_reader_problem(exc, text, file)])
     try:

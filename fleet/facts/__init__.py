@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import ValidationError
 
 from fleet.domain.facts import HostFacts
+from fleet.domain.nesting import MAX_JSON_DEPTH, json_too_deep
 from fleet.domain.nvsmi.q_text import looks_like_q_text, parse_q_text
 from fleet.domain.nvsmi.query_csv import looks_like_csv, parse_query_csv
 from fleet.errors import BadInput, Problem
@@ -64,6 +65,10 @@ def facts_from_text(text: str, name: str = "<input>") -> HostFacts:
             file=name,
             line=1,
         )
+    deep = json_too_deep(text) if fmt == "probe-json" else None
+    if deep is not None:
+        raise BadInput.single(f"invalid JSON: nested deeper than {MAX_JSON_DEPTH} levels",
+                              file=name, line=deep)
     try:
         if fmt == "probe-json":
             facts = HostFacts.model_validate(json.loads(text))

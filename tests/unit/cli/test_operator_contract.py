@@ -445,3 +445,43 @@ def test_the_lazy_consoles_serve_rich_live_displays() -> None:
         progress.advance(progress.add_task("x", total=2))
     with output.stdout:
         output.stdout.print("inside", end="")
+
+
+def _deep_yaml(levels: int) -> str:
+    return "releases: " + "[" * levels + "]" * levels + "\n"
+
+
+def _deep_json(levels: int) -> str:
+    return '{"latency_ms": ' + "[" * levels + "]" * levels + "}\n"
+
+
+@pytest.mark.parametrize(("name", "text", "argv"), [
+    # libyaml refuses past its own limit (1,000), then PyYAML's composer recursed once a level
+    ("deep.yaml", _deep_yaml(5000), ["matrix", "check"]),
+    ("mid.yaml", _deep_yaml(800), ["matrix", "check"]),
+    ("deep.json", _deep_json(100_000), ["bench", "compare", "--baseline", "BASE", "--canary"]),
+    ("deep-probe.json", _deep_json(100_000), ["facts", "parse"]),
+])
+def test_deep_nesting_is_bad_input_naming_the_file(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str, text: str,
+        argv: list[str]) -> None:
+    """A document nested thousands of levels deep is bad input (exit 2, file and line), not an
+    internal RecursionError (exit 3)."""
+    path = tmp_path / name
+    path.write_text(text)
+    base = tmp_path / "base.json"
+    base.write_text('{"latency_ms": [1.0, 2.0, 3.0]}\n')
+    args = [str(base) if a == "BASE" else a for a in argv]
+    code, out, err = fleet(capsys, *args, str(path))
+    assert code == ExitCode.BAD_INPUT, (out, err)
+    assert f"{path}:1:" in err and "nested" in err, err
+    assert "RecursionError" not in out + err
+
+
+def test_the_nesting_scan_skips_strings_and_counts_lines() -> None:
+    from fleet.domain.nesting import json_too_deep
+
+    assert json_too_deep('{"a": "[[[[[[", "b": [1]}', limit=2) is None
+    assert json_too_deep('{"a": "\\"[[[", "b": [[1]]}', limit=2) == 1
+    assert json_too_deep('{\n"a":\n[[[1]]]}', limit=3) == 3
+    assert json_too_deep("[" * 5, limit=5) is None
