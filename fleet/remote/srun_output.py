@@ -14,6 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 TAG = "FLEET-PROBE"
+TASK_LIMIT = 16 * 1024 * 1024
+"""Most one task (one node) may print through srun, stdout and stderr together: the probe's
+compressed document is a few hundred KB at most. Past it that node fails, cut off."""
+OWN_LIMIT = 1024 * 1024
+"""Most srun's own unlabelled lines may take (`-v` prints a few KB)."""
+_MAX_LINE = 64 * 1024  # slurmstepd cuts task lines at 1 KiB; longer is cut here
 # sinfo %T suffixes: * not responding, ~ powered off, # powering up, ! pending power down,
 # % powering down, $ maintenance reservation, @ reboot pending, ^ reboot issued, - planned
 _SUFFIXES = "*~#!%$@^-"
@@ -70,6 +76,10 @@ class SrunOutput:
 
 
 _LABEL_RE = re.compile(r"^\s*(\d+): ?(.*)$")
+_RAW_LABEL_RE = re.compile(rb"^\s*(\d+):")
+# what the controller adds when it stopped keeping a task's lines (never a task's own line:
+# those are labelled)
+_CUT_RE = re.compile(r"^fleet: task (\d+) sent more than (.+) of output; cut off$")
 _TAG_RE = re.compile(rf"^{TAG} (\S+) (begin|end (\d+)|(\d+) (\S+))\s*$")
 _SRUN_NODE_RE = re.compile(r"^srun: error: ([A-Za-z0-9][A-Za-z0-9._-]*): task (\d+): (.*)$")
 _SRUN_LAUNCH_RE = re.compile(r"failed on node ([A-Za-z0-9][A-Za-z0-9._-]*): (.*)$")
@@ -148,9 +158,16 @@ def parse_srun_output(stdout: str, stderr: str = "") -> SrunOutput:
                            + ", ".join(str(t) for t in sorted(unbound))
                            + ": srun did not say which node ran them")
     task_err: dict[str, list[str]] = {}
+    cut: dict[str, str] = {}
     for raw in stderr.splitlines():
         line = raw.rstrip()
         if not line.strip() or _LAUNCHING_RE.match(line.strip()):
+            continue
+        c = _CUT_RE.match(line)
+        if c:
+            node = res.tasks.get(int(c.group(1)))
+            if node is not None:
+                cut[node] = f"sent more than {c.group(2)} of output; cut off"
             continue
         s = _SRUN_NODE_RE.match(line.strip())
         if s:
@@ -191,6 +208,9 @@ def parse_srun_output(stdout: str, stderr: str = "") -> SrunOutput:
                 problem = f"output unreadable: {exc}"
         detail = task_err.get(node)
         res.errors[node] = problem + (f": {detail[-1]}" if detail else "")
+    for node, why in cut.items():
+        res.docs.pop(node, None)
+        res.errors[node] = why
     for node, other in forged.items():
         res.errors[node] = (f"refused: the task srun ran on {node} sent output naming {other!r} "
                             "(a node answers for itself only)")
@@ -198,3 +218,56 @@ def parse_srun_output(stdout: str, stderr: str = "") -> SrunOutput:
         if node not in res.docs and node not in res.errors:
             res.errors[node] = lines[-1]
     return res
+
+
+class CappedLines:
+    """The lines of one of srun's pipes, each task's (by its label) kept up to TASK_LIMIT
+    bytes and srun's own up to OWN_LIMIT: what a node prints cannot grow the controller's
+    memory past that. A task over its limit is named in `cut`; its later lines are dropped."""
+
+    def __init__(self, task_limit: int | None = None, own_limit: int | None = None) -> None:
+        self.task_limit = task_limit or TASK_LIMIT
+        self.own_limit = own_limit or OWN_LIMIT
+        self.lines: list[str] = []
+        self.used: dict[int | None, int] = {}
+        self.cut: set[int | None] = set()
+        self._pending = b""
+
+    def feed(self, data: bytes) -> None:
+        self._pending += data
+        *complete, self._pending = self._pending.split(b"\n")
+        if len(self._pending) > _MAX_LINE:
+            complete.append(self._pending[:_MAX_LINE])
+            self._pending = b""
+        for line in complete:
+            self._keep(line)
+
+    def close(self) -> None:
+        if self._pending:
+            self._keep(self._pending)
+            self._pending = b""
+
+    def _keep(self, raw: bytes) -> None:
+        m = _RAW_LABEL_RE.match(raw)
+        task = int(m.group(1)) if m else None
+        used = self.used.get(task, 0) + len(raw) + 1
+        self.used[task] = used
+        if used > (self.own_limit if task is None else self.task_limit):
+            self.cut.add(task)
+            return
+        self.lines.append(raw.decode("utf-8", "replace"))
+
+    def text(self) -> str:
+        return "".join(line + "\n" for line in self.lines)
+
+    def notes(self) -> str:
+        """Lines for the parser saying which tasks were cut off (unlabelled: no task can
+        print one)."""
+        out = []
+        for task in sorted(t for t in self.cut if t is not None):
+            out.append(f"fleet: task {task} sent more than {self.task_limit // 1024 // 1024} "
+                       "MiB of output; cut off\n")
+        if None in self.cut:
+            out.append(f"fleet: srun printed more than {self.own_limit // 1024} KiB; the rest "
+                       "was dropped\n")
+        return "".join(out)

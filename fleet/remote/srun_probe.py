@@ -22,6 +22,8 @@ the controller, which host it launched each task on (`srun: launching StepId=J.S
 under the name the line carries. A task whose lines name another node has its whole output
 refused (its own node fails; the other node keeps what its own task sent), and a task srun did
 not announce is ignored. A kernel-log cursor that would be refused fails its own node only.
+What a task prints is kept up to TASK_LIMIT (srun_output.CappedLines); past it that node fails,
+cut off, and the controller's memory stays bounded.
 
 Slurm traps handled (see the Slurm spike): nodes that are drained, draining, down, not
 responding (`*`), powered off (`~`), rebooting (`@`, `^`) or busy are read with `sinfo` first
@@ -41,6 +43,7 @@ import os
 import re
 import signal
 import subprocess
+import threading
 import time
 import uuid
 import zlib
@@ -48,6 +51,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -55,7 +59,7 @@ from fleet.domain.facts import HostFacts
 from fleet.domain.names import check_name
 from fleet.domain.ports import HostRef, HostResult
 from fleet.remote.backend import SshBackend
-from fleet.remote.srun_output import TAG, parse_sinfo, parse_srun_output
+from fleet.remote.srun_output import TAG, CappedLines, parse_sinfo, parse_srun_output
 
 PROBE_SOURCE = Path(__file__).resolve().parent.parent / "probe" / "hostprobe.py"
 # A line of output is at most CHUNK characters plus the tag and the node name's length cut back
@@ -171,31 +175,48 @@ Exec = Callable[[list[str], Mapping[str, str], float], tuple[int, str, str, bool
 def run_interruptible(argv: list[str], env: Mapping[str, str],
                       timeout_s: float) -> tuple[int, str, str, bool]:
     """Run a command; past `timeout_s` interrupt it the way srun wants (SIGINT twice within a
-    second ends the job step) and keep what it printed so far."""
+    second ends the job step) and keep what it printed so far, each task's lines capped
+    (`CappedLines`: a task over TASK_LIMIT is named on stderr, cut off)."""
     try:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                stdin=subprocess.DEVNULL, text=True, env=dict(env),
+                                stdin=subprocess.DEVNULL, env=dict(env),
                                 start_new_session=True)
     except FileNotFoundError:
         return 127, "", f"{argv[0]}: command not found", False
+    out, err = CappedLines(), CappedLines()
+    readers = [threading.Thread(target=_drain, args=(pipe, capped), daemon=True)
+               for pipe, capped in ((proc.stdout, out), (proc.stderr, err))]
+    for r in readers:
+        r.start()
+    timed_out = False
     try:
-        out, err = proc.communicate(timeout=timeout_s)
-        return proc.returncode, out, err, False
+        proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        pass
-    for _ in range(2):
+        timed_out = True
+        for _ in range(2):
+            try:
+                proc.send_signal(signal.SIGINT)
+            except ProcessLookupError:
+                break
+            time.sleep(0.2)
         try:
-            proc.send_signal(signal.SIGINT)
-        except ProcessLookupError:
-            break
-        time.sleep(0.2)
-    try:
-        out, err = proc.communicate(timeout=5)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(OSError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-    return proc.returncode if proc.returncode is not None else 124, out, err, True
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    for r in readers:
+        r.join(timeout=10)
+    rc = proc.returncode if proc.returncode is not None else 124
+    return rc, out.text(), err.text() + out.notes() + err.notes(), timed_out
+
+
+def _drain(pipe: Any, capped: CappedLines) -> None:
+    """Read a pipe to its end in 64 KiB pieces into `capped` (which keeps what it may)."""
+    with contextlib.suppress(OSError, ValueError):
+        while data := pipe.read1(65536):
+            capped.feed(data)
+    capped.close()
 
 
 def _plain_exec(argv: list[str], env: Mapping[str, str],

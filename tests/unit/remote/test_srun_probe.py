@@ -389,3 +389,32 @@ def test_a_bad_cursor_fails_its_node_alone() -> None:
     assert "refusing kernel-log cursor 'journal:x y'" in (rep.results["gpu-07"].error or "")
     [srun] = [c for c in fx.calls if c[0] == "srun"]
     assert srun[srun.index("-w") + 1] == "gpu-01"
+
+
+def test_a_node_flooding_srun_is_cut_off_and_memory_stays_bounded(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Task 1 prints 32 MiB of labelled lines: the controller keeps at most the task limit of
+    it (here 1 MiB), names the task on stderr, and the parser fails that node alone."""
+    from fleet.remote import srun_output
+    from fleet.remote.srun_probe import run_interruptible
+
+    monkeypatch.setattr(srun_output, "TASK_LIMIT", 1024 * 1024)
+    good = "\n".join(label(0, run_wrapper("n1")))
+    script = tmp_path / "fake_srun.py"
+    script.write_text(
+        "import sys\n"
+        f"sys.stdout.write({good!r} + '\\n')\n"
+        "line = '1: ' + 'x' * 1000 + '\\n'\n"
+        "for _ in range(32 * 1024):\n"
+        "    sys.stdout.write(line)\n"
+        f"sys.stderr.write({launched('n1', 'n2')!r})\n")
+    rc, out, err, timed_out = run_interruptible([sys.executable, str(script)], os.environ, 60)
+    assert rc == 0 and not timed_out
+    assert len(out) < 2 * 1024 * 1024  # 32 MiB sent, about 1 MiB of it kept
+    assert "fleet: task 1 sent more than 1 MiB of output; cut off" in err
+    res = parse_srun_output(out, err)
+    assert set(res.docs) == {"n1"}
+    assert res.errors["n2"] == "sent more than 1 MiB of output; cut off"
+    forged = parse_srun_output("", "1: fleet: task 0 sent more than 1 MiB of output; cut off\n"
+                               + launched("n1", "n2"))
+    assert "n1" not in forged.errors  # a task cannot claim another was cut off
