@@ -88,16 +88,3 @@ def untrusted_folder(path: Path, uid: int | None = None) -> str | None:
         if others and (i == 0 or not st.st_mode & stat.S_ISVTX):
             return f"{folder} can be written by others (mode {stat.S_IMODE(st.st_mode):o})"
     return None
-
-
-def foreign_entries(folder: Path, uid: int | None = None) -> list[Path]:
-    """Everything under `folder` (not following symlinks) that belongs to neither this user
-    nor root."""
-    me = os.geteuid() if uid is None else uid
-    out: list[Path] = []
-    for root, dirs, files in os.walk(folder, followlinks=False):
-        for name in (*dirs, *files):
-            p = Path(root, name)
-            if os.lstat(p).st_uid not in (me, 0):
-                out.append(p)
-    return sorted(out)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,9 +19,9 @@ from rich.console import Console
 
 from fleet.cli.output import console, emit_json, esc
 from fleet.errors import BadInput, ProblemsFound
+from fleet.jobs.demo_folder import MARKER, working_folder
 
-MARKER = ".fleet-demo"
-"""Written into the working folder: `--keep` reuses only a folder that has it (or is empty)."""
+__all__ = ["MARKER", "demo", "register", "write_hygiene_reports"]
 
 
 def write_hygiene_reports(data: Mapping[str, Any], directory: Path) -> Mapping[str, Path]:
@@ -35,15 +34,8 @@ def write_hygiene_reports(data: Mapping[str, Any], directory: Path) -> Mapping[s
 
 
 def _folder(keep: Path | None) -> Path:
-    if keep is None:
-        return Path(tempfile.mkdtemp(prefix="fleet-demo-"))
-    if keep.exists() and not keep.is_dir():
-        raise BadInput.single("not a folder", file=str(keep), field="--keep")
-    if keep.is_dir() and any(keep.iterdir()) and not (keep / MARKER).exists():
-        raise BadInput.single("the folder is not empty and was not made by `fleet demo`; "
-                              "give a new or empty folder", file=str(keep), field="--keep")
-    keep.mkdir(parents=True, exist_ok=True)
-    return keep
+    """The working folder (`fleet.jobs.demo_folder`: what `--keep` may name), marker written."""
+    return working_folder(keep)
 
 
 def _lab_preflight() -> None:
@@ -66,7 +58,9 @@ def _lab_preflight() -> None:
 def demo(
     keep: Annotated[Path | None, typer.Option(
         "--keep", metavar="DIR", help="Work in DIR (created; a folder an earlier demo made is "
-        "reused) instead of a new temporary folder.")] = None,
+        "reused) instead of a new temporary folder. DIR and the folders above it must be "
+        "yours (or root's) and writable by no one else: a folder of your own, not a shared "
+        "one such as /tmp itself.")] = None,
     json_out: Annotated[bool, typer.Option(
         "--json", help="A summary on stdout: rollouts and their outcomes, quarantined and "
         "drifted hosts, the report and the database.")] = False,
@@ -90,7 +84,6 @@ def demo(
     from fleet.jobs.demo import Step, run_demo
 
     folder = _folder(keep)
-    (folder / MARKER).write_text("made by `fleet demo`; `fleet demo --keep` may reuse it\n")
     out = story_console(json_out)
     prog = invoked_as()
     what = ("the lab: 8 real SSH hosts in network namespaces (root), brought up and torn down"

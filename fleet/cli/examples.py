@@ -48,7 +48,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     ),
     "demo": (
         "fleet demo",
-        "fleet demo --keep /tmp/fleet-demo --json",
+        "fleet demo --keep ~/fleet-demo --json",
         "sudo .venv/bin/fleet demo --lab",
     ),
     "node-check": (

@@ -61,7 +61,9 @@ from fleet.jobs.demo_cast import (
     cast_backend,
     demo_matrix_text,
 )
+from fleet.jobs.demo_folder import clear_for_run
 from fleet.jobs.demo_story import tell
+from fleet.local_files import create_file
 from fleet.sim import SimClock, SimFleet, save_fleet
 
 if TYPE_CHECKING:
@@ -122,14 +124,9 @@ class SimTarget:
 
 
 def _prepare(folder: Path, *, sim_state: bool) -> DemoResult:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / REPORT_DIR).mkdir(exist_ok=True)
-    result = DemoResult(folder=folder, matrix=folder / MATRIX_FILE, db=folder / DB_FILE,
-                        sim_state=folder / SIM_FILE if sim_state else None)
-    for stale in (result.db, folder / SIM_FILE, folder / (DB_FILE + "-wal"),
-                  folder / (DB_FILE + "-shm")):
-        stale.unlink(missing_ok=True)  # a second run in the same folder starts afresh
-    return result
+    clear_for_run(folder)  # a second run in the same folder starts afresh, following no link
+    return DemoResult(folder=folder, matrix=folder / MATRIX_FILE, db=folder / DB_FILE,
+                      sim_state=folder / SIM_FILE if sim_state else None)
 
 
 def run_demo(
@@ -156,7 +153,7 @@ def run_demo(
                       lab_paths=lab_paths)
         return result
     result = _prepare(folder, sim_state=True)
-    result.matrix.write_text(demo_matrix_text())
+    create_file(result.matrix, demo_matrix_text())
     from fleet.domain.matrix.loader import load_matrix
 
     matrix = load_matrix(result.matrix, today=START.date()).matrix

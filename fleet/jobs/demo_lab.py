@@ -30,14 +30,15 @@ from fleet.domain.matrix.models import Matrix
 from fleet.errors import BadInput, CouldNotComplete
 from fleet.history import History
 from fleet.jobs import demo_cast as D
+from fleet.jobs.demo_folder import INVENTORY_FILE, LAB_RELEASES_FILE
 from fleet.jobs.demo_story import tell as tell_story
 from fleet.lab.paths import LabPaths
+from fleet.local_files import recreate_file
 
 HOSTS = 8
 BRIDGE = "fleetbr0"
 EL9_POOL = D.INCIDENT_POOL
 """The pool of the demo's own lab whose hosts are EL9 (Rocky Linux 9: dnf and rpm)."""
-INVENTORY_FILE = "inventory.py"
 LAB_GATES = {"health": True, "benchmark": True, "replay": False, "max_retries": 1,
              "benchmark_command": "fleet-lab-bench --duration 0.3", "benchmark_repeats": 8}
 """As in matrices/lab.yaml: the lab's own synthetic benchmark, whose speed follows --perf."""
@@ -248,8 +249,8 @@ def _own_lab(folder: Path, say: Callable[[str], None]) -> Iterator[LabPaths]:
                                "be: run `fleet lab down` (or let the tests finish) first")
     run = Path(tempfile.mkdtemp(prefix="fleet-demo-lab-", dir="/run"))
     paths = LabPaths(cache=LabPaths.from_env().cache, run=run)
-    releases = folder / "lab-releases.yaml"
-    releases.write_text(lab_matrix_from_demo())
+    releases = folder / LAB_RELEASES_FILE
+    recreate_file(releases, lab_matrix_from_demo())
     try:
         say(f"bringing up a lab of {HOSTS} hosts in {run}")
         from fleet.lab import slurm as S
@@ -367,10 +368,10 @@ def run_lab_story(result: D.DemoResult, *, reporter: D.Reporter,
         result.lab_run = paths.run
         state = lab.load_state(paths)
         a, slow = _slow_release(paths)
-        result.matrix.write_text(lab_matrix(Path(state.matrix), D.GOLDEN, a, D.CANDIDATE_B))
+        recreate_file(result.matrix, lab_matrix(Path(state.matrix), D.GOLDEN, a, D.CANDIDATE_B))
         matrix = load_matrix(result.matrix, today=D.START.date()).matrix
         inventory = folder / INVENTORY_FILE
-        inventory.write_text(_INVENTORY.format(run=str(paths.run)))
+        recreate_file(inventory, _INVENTORY.format(run=str(paths.run)))
         cast = _cast(paths, matrix, a, slow)
         result.cast = cast
         target = LabTarget(paths, inventory, matrix, cast)
