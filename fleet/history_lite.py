@@ -155,7 +155,7 @@ GPU_COLUMNS: tuple[tuple[str, type, bool], ...] = (
     ("remapped_corrected", int, False), ("remapped_uncorrected", int, False),
     ("remapped_pending", bool, False), ("remapped_failure", bool, False),
     ("pcie_replay", int, False), ("aer_corrected", int, False), ("aer_nonfatal", int, False),
-    ("aer_fatal", int, False), ("xid_counts", dict, True),
+    ("aer_fatal", int, False), ("boot_id", str, False), ("xid_counts", dict, True),
 )
 FINDING_COLUMNS: tuple[tuple[str, type, bool], ...] = (
     ("check_id", str, True), ("severity", str, True), ("gpu_index", int, False),

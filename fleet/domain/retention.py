@@ -38,6 +38,7 @@ from fleet.domain.trends import (
     AER_C,
     AER_F,
     AER_NF,
+    BOOT,
     ECC_CA,
     ECC_CV,
     ECC_UA,
@@ -56,6 +57,8 @@ from fleet.domain.trends import (
     XID,
     T,
 )
+from fleet.domain.trends import PAIR_OF as _PAIR_OF
+from fleet.domain.trends import SINCE_BOOT as _SINCE_BOOT
 
 COUNTERS: tuple[str, ...] = SERIES_FIELDS[2:XID]
 """The columns a rollup keeps first/last/max of (everything between the UUID and the Xids)."""
@@ -101,7 +104,9 @@ _SINGLE = (ECC_CV, ECC_UV, ECC_CA, ECC_UA, AER_C, REPLAY, RET_DBE)
 _PAIRS = ((RET_SBE, RET_DBE), (REM_C, REM_U), (AER_NF, AER_F))
 _BOOLS = (RET_PEND, REM_PEND, REM_FAIL)
 State = dict[int, Any]
-"""The trend's view of a GPU: each counter's last readable value, by SERIES_FIELDS index."""
+"""The trend's view of a GPU: each counter's last readable value, by SERIES_FIELDS index, and
+at `_TAG + index` the boot it was read in."""
+_TAG = 1000
 
 
 def _sum2(a: Any, b: Any) -> Any:
@@ -111,7 +116,12 @@ def _sum2(a: Any, b: Any) -> Any:
 
 
 def _drops(state: State, r: Sequence[Any]) -> bool:
-    """Whether the trend reads a reset at row `r` (its comparisons, including pair sums)."""
+    """Whether the trend reads a reset at row `r` (its comparisons, including pair sums), or
+    a drop (a lifetime counter's credits nothing), or a new boot (the counters since boot
+    restart, even where they climb past their old value)."""
+    for i in _SINCE_BOOT:
+        if _readable(r, i) and state.get(_TAG + i) != r[BOOT]:
+            return True  # read in another boot than remembered (or the first time)
     for i in _SINGLE:
         if r[i] is not None and state.get(i) is not None and r[i] < state[i]:
             return True
@@ -122,10 +132,26 @@ def _drops(state: State, r: Sequence[Any]) -> bool:
     return False
 
 
+def _readable(r: Sequence[Any], i: int) -> bool:
+    """Whether the trend reads (and remembers) column `i` of row `r`: a part of a summed
+    counter only with its other part."""
+    return r[i] is not None and (i not in _PAIR_OF or r[_PAIR_OF[i]] is not None)
+
+
 def _filled(state: State, r: Sequence[Any]) -> list[Any]:
     """Counters of `r` where the trend would use its remembered value for unreadable ones."""
-    return [r[i] if i in _BOOLS or r[i] is not None else state.get(i)
+    return [r[i] if i in _BOOLS or i == BOOT or _readable(r, i) else
+            None if i in _SINCE_BOOT and state.get(_TAG + i) != r[BOOT] else state.get(i)
             for i in range(_FIRST_COUNTER, XID)]
+
+
+def padded(values: Sequence[Any], width: int = len(COUNTERS)) -> list[Any]:
+    """A stored rollup list from before the boot id was kept (one column short): the boot
+    unknown (None), as the samples it came from had it."""
+    out = list(values)
+    if len(out) == width - 1:
+        out.insert(BOOT - _FIRST_COUNTER, None)
+    return out
 
 
 @dataclass
@@ -188,21 +214,29 @@ def _week_rollup(rows: Sequence[Sequence[Any]], state: State) -> WeeklyRollup:
     breaks: list[list[Any]] = []
     xid: dict[str, int] = {}
     seen: dict[int, Any] = {}
+    seen_in: dict[int, Any] = {}
     known_before = {k for k, v in state.items() if v is not None}
     for i, r in enumerate(rows):
-        if i > 0 and _drops(state, r):
+        if i > 0 and (_drops(state, r) or r[BOOT] != rows[i - 1][BOOT] or any(
+                _readable(r, k) and state.get(k) is None and r[BOOT] != r0[BOOT]
+                for k in _SINCE_BOOT)):
             breaks.append([float(rows[i - 1][T]), *_filled(state, rows[i - 1])])
             if i < len(rows) - 1:
                 breaks.append([float(r[T]), *r[_FIRST_COUNTER:XID]])
         for k in range(_FIRST_COUNTER, XID):
-            if r[k] is not None:
+            if _readable(r, k):
                 state[k] = r[k]
+                state[_TAG + k] = r[BOOT]
                 seen.setdefault(k, r[k])
+                seen_in.setdefault(k, r[BOOT])
         for k2, v in _xid(r[XID]).items():
             xid[k2] = xid.get(k2, 0) + v
     # only counters the trend has never read (a board's first week) need their first reading;
     # the others' growth reaches the later rows from the remembered value
+    # (a counter since boot first read in another boot than the first sample's is read at
+    # its break instead: one row carries one boot)
     first_known = [seen.get(k) if first[k - _FIRST_COUNTER] is None and k not in known_before
+                   and k != BOOT and (k not in _SINCE_BOOT or seen_in.get(k) == r0[BOOT])
                    else first[k - _FIRST_COUNTER] for k in range(_FIRST_COUNTER, XID)]
     last = rows[-1]
     return WeeklyRollup(

@@ -62,8 +62,9 @@ def gpu_rows(facts: HostFacts) -> list[dict[str, Any]]:
             "remapped_pending": g.remapped_rows_pending,
             "remapped_failure": g.remapped_rows_failure,
             "pcie_replay": g.pcie_replay_counter,
-            "xid_counts": _xid_counts(facts, g),
             **_aer_totals(facts, g.pci_bus_id),
+            "boot_id": facts.identity.boot_id if facts.identity is not None else None,
+            "xid_counts": _xid_counts(facts, g),
         })
     return rows
 

@@ -30,6 +30,7 @@ from fleet.domain.trends import (
     AER_C,
     AER_F,
     AER_NF,
+    BOOT,
     ECC_CA,
     ECC_CV,
     ECC_UA,
@@ -48,7 +49,7 @@ Row = Sequence[Any]
 
 REMEMBERED_GROUPS: tuple[tuple[int, ...], ...] = (
     (ECC_CV, ECC_CA), (ECC_UV, ECC_UA), (RET_SBE, RET_DBE), (REM_C, REM_U), (AER_NF, AER_F),
-    (AER_C,), (REPLAY,),
+    (AER_C,), (REPLAY,), (BOOT,),
 )
 """Counters whose remembered values the window's arithmetic reads together."""
 

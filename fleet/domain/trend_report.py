@@ -32,12 +32,13 @@ SERIES_FIELDS: tuple[str, ...] = (
     "aer_corrected",
     "aer_nonfatal",
     "aer_fatal",
+    "boot_id",  # the host's boot when sampled: a new one resets the since-boot counters
     "xid_counts",  # JSON text or dict: {"79": 2}
 )
 """Column order of one sample row as `analyze_gpu` reads it."""
 
 (T, UUID, ECC_CV, ECC_UV, ECC_CA, ECC_UA, RET_SBE, RET_DBE, RET_PEND, REM_C, REM_U, REM_PEND,
- REM_FAIL, REPLAY, AER_C, AER_NF, AER_F, XID) = range(len(SERIES_FIELDS))
+ REM_FAIL, REPLAY, AER_C, AER_NF, AER_F, BOOT, XID) = range(len(SERIES_FIELDS))
 
 Severity = Literal["warn", "fail"]
 FlagKind = Literal[

@@ -34,10 +34,12 @@ from typing import Any
 
 from fleet.domain.checks.xid import xid_catalog
 from fleet.domain.matrix.models import Thresholds
+from fleet.domain.trend_boards import follow_boards
 from fleet.domain.trend_report import (
     AER_C,
     AER_F,
     AER_NF,
+    BOOT,
     CLOCK_SLACK_S,
     ECC_CA,
     ECC_CV,
@@ -70,11 +72,22 @@ __all__ = [
     "WEEK_S", "CLOCK_SLACK_S", "SERIES_FIELDS", "Severity", "FlagKind", "TrendSettings",
     "TrendFlag", "GpuTrend", "HostTrend", "TrendReport", "T", "UUID", "ECC_CV", "ECC_UV",
     "ECC_CA", "ECC_UA", "RET_SBE", "RET_DBE", "RET_PEND", "REM_C", "REM_U", "REM_PEND",
-    "REM_FAIL", "REPLAY", "AER_C", "AER_NF", "AER_F", "XID", "DEFAULT_SETTINGS", "analyze",
+    "REM_FAIL", "REPLAY", "AER_C", "AER_NF", "AER_F", "BOOT", "XID", "DEFAULT_SETTINGS",
+    "analyze", "SINCE_BOOT", "PAIR_OF",
     "analyze_gpu", "counter_delta", "slope",
 ]
 
 DEFAULT_SETTINGS = TrendSettings()  # frozen: one shared default
+
+SINCE_BOOT = frozenset((ECC_CV, ECC_UV, REPLAY, AER_C, AER_NF, AER_F))
+"""Counters that start again from zero at a boot (AER in sysfs) or a driver load (volatile ECC,
+PCIe replay): a new boot id resets them, and so does a drop. The others (aggregate ECC, retired
+pages, remapped rows) are lifetime counters: a drop is a stale or foreign reading, never a
+reset, and credits nothing."""
+PAIR_OF = {RET_SBE: RET_DBE, RET_DBE: RET_SBE, REM_C: REM_U, REM_U: REM_C, AER_NF: AER_F,
+           AER_F: AER_NF}
+"""The summed counters' parts: a sum is readable only when both parts are, and its parts are
+remembered only from such readings (one part unreadable is unreadable, never a reset)."""
 
 
 # ------------------------------------------------------------------------------ arithmetic
@@ -98,11 +111,18 @@ def _slope_x(n: int) -> tuple[tuple[float, ...], float]:
     return tuple(i - xm for i in range(n)), sum((i - xm) ** 2 for i in range(n))
 
 
-def counter_delta(prev: float | None, cur: float | None) -> float:
-    """Growth of a cumulative counter between two readings; a drop is a reset (growth = cur)."""
+def counter_delta(prev: float | None, cur: float | None, *, since_boot: bool = True,
+                  reset: bool = False) -> float:
+    """Growth of a cumulative counter between two readings. A counter since boot that was
+    `reset` (a new boot) grew by its whole new value, and one that dropped was reset too; a
+    lifetime counter that dropped grew by nothing (a stale reading is no reset)."""
     if prev is None or cur is None:
         return 0.0
-    return cur - prev if cur >= prev else cur
+    if since_boot and reset:
+        return cur
+    if cur >= prev:
+        return cur - prev
+    return cur if since_boot else 0.0
 
 
 def _bucket(t: float, start: float, k: int) -> int:
@@ -213,10 +233,12 @@ def analyze_gpu(
     ui = ECC_UA if use_agg_u else ECC_UV
     singles = ((ci, ecc), (ui, ecc_unc), (AER_C, aer), (REPLAY, replay))
     pairs = ((RET_SBE, RET_DBE, retired), (REM_C, REM_U, remapped), (AER_NF, AER_F, aer_unc))
-    remembered = (ci, ui, AER_C, REPLAY, RET_SBE, RET_DBE, REM_C, REM_U, AER_NF, AER_F)
+    remembered = (ci, ui, AER_C, REPLAY, BOOT)
+    remembered_pairs = ((RET_SBE, RET_DBE), (REM_C, REM_U), (AER_NF, AER_F))
     prev_counters: Sequence[Any] | None = None  # the previous row's counters
     t0 = 0.0  # ... and its time
     last_known: list[Any] = [None] * XID  # by column: the last readable value
+    read_in: list[Any] = [None] * XID  # ... and the boot it was read in (None: unknown)
     for r in rows:
         t = r[T]
         if t > start:
@@ -232,29 +254,46 @@ def analyze_gpu(
             t0 = t  # no counter moved: nothing to credit or remember (the common case)
             continue
         if prev_counters is not None and t > start:
+            boot = r[BOOT]
             for idx, bucket in singles:
                 before = last_known[idx]
                 now_v = r[idx]
-                if now_v is not None and before is not None and now_v != before:
-                    _spread(bucket, now_v - before if now_v >= before else now_v, t0, t,
-                            start)
+                if now_v is not None and before is not None:
+                    # a counter since boot read in another boot than its remembered value
+                    # restarted from zero in between, whatever it reads now
+                    rebooted = boot is not None and read_in[idx] is not None and (
+                        boot != read_in[idx])
+                    if now_v == before and not rebooted:
+                        continue
+                    d = counter_delta(before, now_v, since_boot=idx in SINCE_BOOT,
+                                      reset=rebooted)
+                    if d:
+                        _spread(bucket, d, t0, t, start)
             for i1, i2, bucket in pairs:
                 a1, a2 = last_known[i1], last_known[i2]
                 n1, n2 = r[i1], r[i2]
-                if (n1 is not None or n2 is not None) and (a1 is not None or a2 is not None):
-                    now_s = (n1 or 0) + (n2 or 0)
-                    before_s = (a1 or 0) + (a2 or 0)
-                    if now_s != before_s:
-                        _spread(bucket, now_s - before_s if now_s >= before_s else now_s, t0,
-                                t, start)
+                if n1 is not None and n2 is not None and a1 is not None and a2 is not None:
+                    rebooted = boot is not None and read_in[i1] is not None and (
+                        boot != read_in[i1])
+                    d = counter_delta(a1 + a2, n1 + n2, since_boot=i1 in SINCE_BOOT,
+                                      reset=rebooted)
+                    if d:
+                        _spread(bucket, d, t0, t, start)
             b_dbe = last_known[RET_DBE]
             n_dbe = r[RET_DBE]
-            if n_dbe is not None and b_dbe is not None and n_dbe != b_dbe:
-                _spread(retired_dbe, n_dbe - b_dbe if n_dbe >= b_dbe else n_dbe, t0, t, start)
+            if n_dbe is not None and b_dbe is not None and r[RET_SBE] is not None and (
+                    n_dbe > b_dbe):
+                _spread(retired_dbe, n_dbe - b_dbe, t0, t, start)
         for idx in remembered:
             v = r[idx]
             if v is not None:
                 last_known[idx] = v
+                read_in[idx] = r[BOOT]
+        for i1, i2 in remembered_pairs:
+            if r[i1] is not None and r[i2] is not None:
+                last_known[i1] = r[i1]
+                last_known[i2] = r[i2]
+                read_in[i1] = read_in[i2] = r[BOOT]
         prev_counters = counters
         t0 = t
     trend.weeks_with_data = len(weeks_seen)
@@ -387,7 +426,7 @@ def analyze_gpu(
 
 # ------------------------------------------------------------------------------ the fleet
 SeriesKey = tuple[str, str, int, str]
-"""(host, pool, gpu_index, platform) of one GPU's series."""
+"""(host, pool, gpu_index, platform) of one GPU's series (`fleet.domain.trend_boards`)."""
 
 
 def analyze(
@@ -409,7 +448,7 @@ def analyze(
         gpus = [
             analyze_gpu(host, pool, idx, rows, now=now, thresholds=thresholds,
                         settings=settings, platform=platform)
-            for (host, pool, idx, platform), rows in series
+            for (host, pool, idx, platform), rows in follow_boards(series, now=now)
         ]
     finally:
         if paused:

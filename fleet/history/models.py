@@ -87,6 +87,7 @@ class GpuSampleBase(SQLModel):
     aer_corrected: int | None = None
     aer_nonfatal: int | None = None
     aer_fatal: int | None = None
+    boot_id: str | None = None  # the host's boot id: a new one means the counters since boot reset
     xid_counts: dict[str, int] = Field(default_factory=dict, sa_type=JSONType, nullable=False)
 
 

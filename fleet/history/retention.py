@@ -42,22 +42,19 @@ from fleet.domain.retention import (
     RetentionPolicy,
     WeeklyRollup,
     expand,
+    padded,
     plan,
     roll_up,
     week_of,
 )
+from fleet.domain.trend_report import SERIES_FIELDS
 from fleet.history.engine import History
 from fleet.history.events import record_event
 from fleet.history.models import Finding, GpuRollup, GpuSample, Snapshot
 from fleet.history_lite import require_aware
 
 _PG_PRUNE_LOCK = 0x666C656574 + 1  # next to the migration lock: one prune at a time per server
-SAMPLE_COLUMNS: tuple[str, ...] = (
-    "uuid", "ecc_corrected_volatile", "ecc_uncorrected_volatile", "ecc_corrected_aggregate",
-    "ecc_uncorrected_aggregate", "retired_sbe", "retired_dbe", "retired_pending",
-    "remapped_corrected", "remapped_uncorrected", "remapped_pending", "remapped_failure",
-    "pcie_replay", "aer_corrected", "aer_nonfatal", "aer_fatal", "xid_counts",
-)
+SAMPLE_COLUMNS: tuple[str, ...] = SERIES_FIELDS[1:]
 """Sample columns after the time, in the order of `fleet.domain.trends.SERIES_FIELDS`."""
 
 
@@ -102,12 +99,13 @@ def _rollup(week: int, uuid: str, t_first: float, t_last: float, count: int, fir
             breaks: list[list[Any]] | None) -> WeeklyRollup:
     """A stored row as a rollup: an empty `last` is the first sample's values (a week of one
     sample, or no counter moved), an empty `end_known` is `last`'s (see `_values`)."""
-    last = list(last) or list(first)
+    first = padded(first)
+    last = padded(last) or list(first)
     return WeeklyRollup(week=week, uuid=uuid or None, t_first=t_first, t_last=t_last,
-                        count=count, first=list(first), last=last,
-                        end_known=list(end) or list(last), xid_counts=dict(xid),
-                        first_known=list(first_known) if first_known is not None else None,
-                        breaks=[list(b) for b in breaks or ()])
+                        count=count, first=first, last=last,
+                        end_known=padded(end) or list(last), xid_counts=dict(xid),
+                        first_known=padded(first_known) if first_known is not None else None,
+                        breaks=[[b[0], *padded(b[1:])] for b in breaks or ()])
 
 
 def _rollup_from_row(r: Any) -> WeeklyRollup:
@@ -263,7 +261,7 @@ def rollup_series(conn: Connection, *, since: float | None, until: float | None,
         rows = out[(r[0], r[1])]
         if r[6] == 1:  # one sample that week (a weekly probe): that sample, as it was
             if lo <= r[4] <= hi:
-                rows.append((r[4], r[3] or None, *first, xid))
+                rows.append((r[4], r[3] or None, *padded(first), xid))
             continue
         rows.extend(x for x in expand(_rollup(r[2], r[3], r[4], r[5], r[6], first, last, end,
                                               xid, first_known, breaks))

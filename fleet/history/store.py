@@ -223,7 +223,7 @@ SERIES_COLUMNS: tuple[str, ...] = (
     "uuid", "ecc_corrected_volatile", "ecc_uncorrected_volatile", "ecc_corrected_aggregate",
     "ecc_uncorrected_aggregate", "retired_sbe", "retired_dbe", "retired_pending",
     "remapped_corrected", "remapped_uncorrected", "remapped_pending", "remapped_failure",
-    "pcie_replay", "aer_corrected", "aer_nonfatal", "aer_fatal", "xid_counts",
+    "pcie_replay", "aer_corrected", "aer_nonfatal", "aer_fatal", "boot_id", "xid_counts",
 )
 """Sample columns `iter_gpu_series` returns after the time (`fleet.domain.trends.SERIES_FIELDS`)."""
 

@@ -49,6 +49,7 @@ def gen_series(seed: int, *, weeks: int = 53, per_day: float = 1.0, hot: bool = 
     rows: list[tuple[Any, ...]] = []
     t = NOW - weeks * WEEK_S
     uuid = "GPU-a"
+    boot = 0
     last_week = None
     while True:
         t += rnd.uniform(0.2, 2.0) * DAY / per_day
@@ -60,6 +61,7 @@ def gen_series(seed: int, *, weeks: int = 53, per_day: float = 1.0, hot: bool = 
         if swap and uuid == "GPU-a" and t > NOW - weeks * WEEK_S / 2 and new_week:
             uuid, vals = "GPU-b", dict.fromkeys(CUMULATIVE, 0)
         reboot = rnd.random() < reset_share / 2  # any time: volatile ECC, AER, replay restart
+        boot += reboot
         for c in CUMULATIVE:
             if new_week and rnd.random() < reset_share and c.endswith("volatile") or (
                     new_week and rnd.random() < reset_share / 2 and c.startswith(("aer", "pcie"))
@@ -67,7 +69,8 @@ def gen_series(seed: int, *, weeks: int = 53, per_day: float = 1.0, hot: bool = 
                 vals[c] = 0
             if rnd.random() < 0.4:
                 vals[c] += rnd.randint(0, rates[c] * 3)
-        row: dict[str, Any] = {"t": t, "uuid": uuid, **vals}
+        row: dict[str, Any] = {"t": t, "uuid": uuid, **vals,
+                               "boot_id": None if rnd.random() < 0.02 else f"boot-{boot}"}
         for group in UNREADABLE_TOGETHER:
             if rnd.random() < 0.02:
                 for c in group:

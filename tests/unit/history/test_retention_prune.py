@@ -43,6 +43,8 @@ def fill(h: History, *, weeks: int = 60, seed: int = 1) -> int:
             for idx, r in ((0, r0), (1, rows1[j])):
                 d = dict(zip(SERIES_FIELDS, r, strict=True))
                 d.pop("t")
+                if d["uuid"] is not None:  # a board's UUID is its own: one index, one board
+                    d["uuid"] = f"{d['uuid']}-{idx}"
                 gpus.append({"gpu_index": idx, **d})
             t = dt.datetime.fromtimestamp(round(r0[0]), dt.UTC)
             add_snapshot(h, host, taken_at=t, source="nvml", pool="p", gpu_model="H100",

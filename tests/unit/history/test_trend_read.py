@@ -51,6 +51,8 @@ def fill_varied(h: History, *, seed: int = 5, weeks: int = 30) -> None:
                 d.pop("t")
                 if isinstance(d["xid_counts"], str):
                     d["xid_counts"] = {}
+                if d["uuid"] is not None:  # a board's UUID is its own: one index, one board
+                    d["uuid"] = f"{d['uuid']}-{g}"
                 gpus.append({"gpu_index": g, **d})
             add_snapshot(h, f"gpu{host:02d}", taken_at=dt.datetime.fromtimestamp(round(t), dt.UTC),
                          source="nvml", pool=f"p{host % 2}", gpu_model="H100", gpus=gpus)

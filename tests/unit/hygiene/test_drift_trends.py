@@ -173,8 +173,12 @@ def test_rising_ecc_flagged_and_flat_noise_not() -> None:
 
 
 def test_remap_pending_failure_and_xid() -> None:
-    vals = [{"remapped_uncorrected": 0}, {"remapped_uncorrected": 1},
-            {"remapped_uncorrected": 1, "remapped_pending": True, "remapped_failure": True,
+    # NVML reads both remapped-row counts in one call: both readable (one part alone is
+    # unreadable, see test_trend_resets.py)
+    vals = [{"remapped_uncorrected": 0, "remapped_corrected": 0},
+            {"remapped_uncorrected": 1, "remapped_corrected": 0},
+            {"remapped_uncorrected": 1, "remapped_corrected": 0, "remapped_pending": True,
+             "remapped_failure": True,
              "xid_counts": '{"79": 1, "13": 4}'}]
     g = analyze_gpu("h", "p", 0, weeks(vals, 2), now=NOW, thresholds=Thresholds())
     kinds = sorted(f.kind for f in g.flags)

@@ -36,6 +36,7 @@ def wild_series(seed: int, weeks: int = 30) -> list[tuple[Any, ...]]:
     boards = ["GPU-x", "GPU-y", None]
     uuid = rnd.choice(boards[:2])
     rows: list[tuple[Any, ...]] = []
+    boot = 0
     t = NOW - weeks * WEEK_S
     while t < NOW + DAY:
         t += rnd.choice([0.0, 0.5, 1.0, 3.0, 7.0, 7.0, 7.0, 16.0]) * DAY
@@ -43,8 +44,13 @@ def wild_series(seed: int, weeks: int = 30) -> list[tuple[Any, ...]]:
             uuid = rnd.choice(boards)
             if rnd.random() < 0.5:
                 vals = dict.fromkeys(COUNTERS, 0)
+        boot += rnd.random() < 0.1  # a reboot (read or not: the boot id can be unreadable)
         row: dict[str, Any] = {"t": t, "uuid": uuid}
         for c in COUNTERS:
+            if c == "boot_id":
+                vals[c] = f"boot-{boot}"
+                row[c] = None if rnd.random() < 0.05 else vals[c]
+                continue
             if c.endswith(("pending", "failure")):
                 vals[c] = rnd.random() < 0.1
             elif rnd.random() < 0.1:
