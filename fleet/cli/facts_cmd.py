@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -155,6 +156,40 @@ def record_name(path: Path, claimed: str | None, host: str | None,
     return name
 
 
+FUTURE_SLACK = dt.timedelta(minutes=15)
+"""A capture may say it was taken this far after the import (clocks drift), no further."""
+
+
+def capture_taken_at(path: Path, facts: HostFacts, given: str | None,
+                     now: dt.datetime) -> dt.datetime | Problem:
+    """When the capture was taken: `--taken-at`, else the capture's own time. Never the import
+    time: a month-old bundle recorded now would land after last week's probe, and its older
+    counters would read as a reset (issue 31, defect 9)."""
+    from fleet.facts.capture_time import capture_time, parse_time
+
+    if given is not None:
+        when = parse_time(given)
+        if when is None:
+            return Problem(None, None, "--taken-at",
+                           f"not a time: {given!r} (ISO 8601, e.g. 2026-11-30T08:00:00+01:00)")
+    else:
+        when = facts.collected_at.astimezone(dt.UTC) if (
+            facts.collected_at is not None and facts.collected_at.tzinfo is not None) else None
+        if when is None:
+            try:
+                when = capture_time(path.read_text(encoding="utf-8", errors="replace"))
+            except OSError as exc:
+                return Problem(str(path), None, None, f"cannot read: {exc.strerror or exc}")
+        if when is None:
+            return Problem(str(path), None, "timestamp",
+                           "the capture does not say when it was taken: give --taken-at")
+    if when > now + FUTURE_SLACK:
+        return Problem(str(path), None, "--taken-at" if given else "timestamp",
+                       f"taken at {when.isoformat()}, after now: nvidia-smi prints the host's "
+                       "local time, read as UTC; give --taken-at with the host's offset")
+    return when
+
+
 @app.command("import")
 def import_(
     ctx: typer.Context,
@@ -167,13 +202,17 @@ def import_(
     pool: Annotated[str | None, typer.Option("--pool", help="Pool of the host.")] = None,
     force: Annotated[bool, typer.Option(
         "--force", help="Record under --host a capture that names another host.")] = False,
+    taken_at: Annotated[str | None, typer.Option(
+        "--taken-at", help="When the capture was taken (ISO 8601; default: the time the "
+        "capture names, read as UTC when it names no zone).")] = None,
     json_out: JsonFlag = False,
 ) -> None:
     """Record captures in the history like a probe, for hosts SSH cannot reach.
 
     Support bundles and air-gapped sites: each file becomes a snapshot with its GPU counters and
-    check findings. Every file is parsed before anything is written, so a bad file records nothing.
-    Exit 1 when a check fails, 2 on an unreadable file.
+    check findings, at the time the capture was taken. Every file is parsed before anything is
+    written, so a bad file records nothing.
+    Exit 1 when a check fails, 2 on an unreadable file or one that says not when it was taken.
     """
     from fleet.cli.app import settings
     from fleet.domain.checks import Severity, run_checks, worst
@@ -196,13 +235,20 @@ def import_(
             problems.append(name)
         else:
             parsed.append((path, name, facts))
+    taken: dict[Path, dt.datetime] = {}
+    for path, _name, facts in parsed:
+        when = capture_taken_at(path, facts, taken_at, utcnow())
+        if isinstance(when, Problem):
+            problems.append(when)
+        else:
+            taken[path] = when
     if problems:
         raise BadInput(problems)
     out = []
     with open_history(settings(ctx).db) as history:
         for path, name, facts in parsed:
             findings = run_checks(facts)
-            snapshot = record_snapshot(history, name, facts, findings, taken_at=utcnow(),
+            snapshot = record_snapshot(history, name, facts, findings, taken_at=taken[path],
                                        pool=pool)
             record_event(history, "facts.import", name, f"imported {path.name}",
                          {"file": str(path), "snapshot": snapshot, "source": facts.source})

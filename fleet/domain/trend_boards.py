@@ -18,10 +18,12 @@ has is no trend to act on (a GPU lost from NVML is the checks' finding, not a tr
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from operator import itemgetter
 from typing import Any
 
 from fleet.domain.trend_report import CLOCK_SLACK_S, UUID, T
 
+_uuid = itemgetter(UUID)
 SeriesKey = tuple[str, str, int, str]
 """(host, pool, gpu_index, platform) of one GPU's series."""
 Series = tuple[SeriesKey, Sequence[Sequence[Any]]]
@@ -42,17 +44,16 @@ def follow_boards(series: Iterable[Series], *, now: float) -> Iterator[Series]:
 def _renumbered(group: Sequence[Series]) -> bool:
     """Whether a UUID appears at two indexes (a board that changed index). A board swapped at
     one index is the analysis's own business (`analyze_gpu` starts a new series)."""
-    where: dict[Any, int] = {}
-    for n, (_, rows) in enumerate(group):
-        last = None
-        for r in rows:
-            u = r[UUID]
-            if u is None or u == last:
-                continue
-            last = u
-            if where.setdefault(u, n) != n:
-                return True
-    return False
+    if len(group) < 2:
+        return False
+    seen: set[Any] = set()
+    total = 0
+    for _, rows in group:
+        boards = set(map(_uuid, rows))  # a C loop: this runs for every GPU of the fleet
+        boards.discard(None)
+        total += len(boards)
+        seen |= boards
+    return len(seen) < total
 
 
 def _host_boards(group: Sequence[Series], now: float) -> Iterator[Series]:

@@ -7,11 +7,14 @@ target is 10,000 hosts x 8 GPUs x 52 weeks in under 10 s.
 
 Counters and resets. Most counters are cumulative: aggregate ECC (InfoROM, lifetime), retired pages
 and remapped rows (persistent), volatile ECC and the PCIe replay counter (since driver load), AER
-sysfs counters (since boot). A counter that goes *down* was reset (driver reload, reboot, GPU
-reset), so the growth over that interval is the new value itself (it restarted from zero), never a
-negative delta. A changed GPU UUID at the same host and index means the board was swapped: its
-counters start a new series. `xid_counts` are already per-probe deltas (the probe reads the kernel
-log from the previous cursor), so they are summed, not differenced.
+sysfs counters (since boot). A counter since boot read in another boot than its remembered value
+(the samples carry the host's boot id), or one that went *down*, was reset: the growth is its new
+value (it restarted from zero). A lifetime counter that goes down is a stale reading and credits
+nothing; a sum with one part unreadable is unreadable (docs/hygiene.md, "How counter resets are
+detected"). A changed GPU UUID at the same host and index means the board was swapped: its
+counters start a new series; a board NVML renumbered is followed by UUID (`trend_boards`).
+`xid_counts` are already per-probe deltas (the probe reads the kernel log from the previous
+cursor), so they are summed, not differenced.
 
 Weeks. The window is the last `window_weeks` weeks before `now`; bucket `window_weeks - 1` is the
 most recent. A delta is credited to the weeks its interval overlaps, in proportion, so a missed

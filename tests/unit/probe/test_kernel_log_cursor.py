@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fleet.domain.facts import HostFacts
 from fleet.domain.snapshot_rows import gpu_rows
@@ -203,3 +205,36 @@ def test_the_line_cap_keeps_ordinary_lines_whole() -> None:
     assert [e["xid"] for e in ok] == [79]
     many = hp.parse_kernel_log("<4>" * 50 + "[ 12.5] " + XID79 + "\n")
     assert many[0]["xid"] == 79 and many[0]["timestamp"].endswith("[ 12.5]")
+
+
+@settings(max_examples=40, deadline=None)
+@given(ops=st.lists(st.one_of(st.tuples(st.just("log"), st.sampled_from([13, 48, 79]),
+                                        st.integers(1, 3)),
+                              st.tuples(st.just("rotate"), st.just(0), st.just(0)),
+                              st.tuples(st.just("probe"), st.just(0), st.just(0))),
+                    max_size=25))
+def test_every_xid_is_counted_once_across_rotations(tmp_path_factory: pytest.TempPathFactory,
+                                                    ops: list[tuple[str, int, int]]) -> None:
+    """Random appends, logrotate renames (one rotation between probes: delaycompress keeps
+    the file the cursor points into) and probes: each probe counts what was logged since the
+    last one, exactly."""
+    root = tmp_path_factory.mktemp("kl")
+    h = _root(root)
+    log = root / "var/log/kern.log"
+    log.write_text(_line(0, "Linux version 6.5.0"))
+    cur = hp.probe_kernel_log(h, None, "file")["cursor"]
+    want: dict[str, int] = {}
+    rotated = False
+    for op, code, n in [*ops, ("probe", 0, 0)]:
+        if op == "log":
+            with log.open("a") as f:
+                f.write(_line(5, f"NVRM: Xid (PCI:0000:10:00): {code}, pid=1, x") * n)
+            want[str(code)] = want.get(str(code), 0) + n
+        elif op == "rotate" and not rotated:
+            os.replace(log, str(log) + ".1")
+            log.write_text("")
+            rotated = True
+        elif op == "probe":
+            kl = hp.probe_kernel_log(h, cur, "file")
+            assert kl["xid_counts"].get("0000:10:00.0", {}) == want
+            cur, want, rotated = kl["cursor"], {}, False
