@@ -152,7 +152,7 @@ def test_a_late_sample_in_a_pruned_week_is_merged_on_the_next_prune(tmp_path: Pa
         rollups = count(h, GpuRollup)
         late = NOW_DT - dt.timedelta(weeks=10, hours=3)  # another controller, a week pruned
         add_snapshot(h, "gpu01", taken_at=late, source="nvml",
-                     gpus=[{"gpu_index": 0, "uuid": "GPU-a", "xid_counts": {"79": 1}}])
+                     gpus=[{"gpu_index": 0, "uuid": "GPU-a-0", "xid_counts": {"79": 1}}])
         with h.read() as s:
             wk = week_of(late.timestamp())
             old = s.exec(select(GpuRollup).where(GpuRollup.week == wk,
