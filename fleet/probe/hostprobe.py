@@ -1239,10 +1239,11 @@ def dmesg_since(lines, boot, since):
 
     With [seconds] stamps the cursor is the last stamp ("dmesg:BOOT:SECONDS"); a line without a
     stamp goes with the stamped line before it. Without stamps (printk.time=0) it is the line
-    count and a fingerprint of the last lines ("dmesg:BOOT:@COUNT:SHA"): the buffer only grows
-    at its end and loses lines at its start, so the new lines follow the fingerprinted ones;
-    when they are gone (the ring buffer wrapped, `dmesg -c`) every line is new. A cursor of
-    another boot, or one that does not parse, reads the whole buffer.
+    count and a fingerprint of the last lines ("dmesg:BOOT:nCOUNT:SHA", only characters the
+    controller's cursor check allows): the buffer only grows at its end and loses lines at its
+    start, so the new lines follow the fingerprinted ones; when they are gone (the ring buffer
+    wrapped, `dmesg -c`) every line is new. A cursor of another boot, or one that does not
+    parse, reads the whole buffer.
     """
     stamps = [t for t in (_dmesg_stamp(ln) for ln in lines) if t is not None]
     parts = (since or "").split(":")
@@ -1250,7 +1251,7 @@ def dmesg_since(lines, boot, since):
     if stamps:
         cursor = f"dmesg:{boot}:{stamps[-1]:.6f}"
         cut = None
-        if same_boot and not parts[2].startswith("@"):
+        if same_boot and not parts[2].startswith("n"):
             try:
                 cut = float(parts[2])
             except ValueError:
@@ -1265,8 +1266,8 @@ def dmesg_since(lines, boot, since):
                     kept.append(ln)
             lines = kept
         return lines, cursor
-    cursor = f"dmesg:{boot}:@{len(lines)}:{_dmesg_anchor(lines)}" if lines else since
-    if not same_boot or not parts[2].startswith("@") or len(parts) != 4:
+    cursor = f"dmesg:{boot}:n{len(lines)}:{_dmesg_anchor(lines)}" if lines else since
+    if not same_boot or not parts[2].startswith("n") or len(parts) != 4:
         return lines, cursor
     try:
         count = int(parts[2][1:])

@@ -238,3 +238,22 @@ def test_every_xid_is_counted_once_across_rotations(tmp_path_factory: pytest.Tem
             kl = hp.probe_kernel_log(h, cur, "file")
             assert kl["xid_counts"].get("0000:10:00.0", {}) == want
             cur, want, rotated = kl["cursor"], {}, False
+
+
+def test_every_cursor_passes_the_controllers_cursor_check(tmp_path: Path) -> None:
+    """The controller refuses a cursor with characters outside its set (a cursor is sent on a
+    command line): every cursor the probe makes must pass it."""
+    from fleet.remote.probe_fact import probe_command
+    from fleet.remote.srun_probe import cursor_problem
+
+    _root(tmp_path, "0b7c7f5e-1c2d-4e5f-8a9b-0c1d2e3f4a5b")
+    h = _Dmesg(tmp_path)
+    h.out = "NVRM: Xid (PCI:0000:10:00): 48, pid=1, DBE\n"
+    cursors = [_xids(h, None, "dmesg")[1]]
+    h.out = "[ 12.000000] " + XID79 + "\n"
+    cursors.append(_xids(h, None, "dmesg")[1])
+    (tmp_path / "var/log/kern.log").write_text(_line(0, "Linux version 6.5.0"))
+    cursors.append(_xids(h, None, "file")[1])
+    for c in cursors:
+        assert cursor_problem(c) is None, c
+        assert c in probe_command(c)
