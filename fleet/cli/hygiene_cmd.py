@@ -103,6 +103,7 @@ def run(
     if sim is not None and scheduler != "none":
         raise BadInput.single("a simulated fleet drains through its own scheduler; "
                               "--scheduler goes with --inventory", field="--scheduler")
+    _check_report_paths(report_dir, prom_file)
     loaded = load_matrix(matrix, today=date.today())
     hosts: list[str] | None = None
     if sim is not None:
@@ -171,6 +172,29 @@ def _selected(limit: list[str] | None, backend: Any) -> list[str] | None:
     if wrong:
         raise BadInput([Problem(None, None, "--limit", why) for why in wrong])
     return [r.name for r in select(limit, refs)]
+
+
+def _check_report_paths(report_dir: Path | None, prom_file: Path | None) -> None:
+    """Where the reports go is checked before any host is probed: a weekly run that audits the
+    whole fleet and then cannot write its report has lost the week's figures."""
+    import os
+
+    if report_dir is not None:
+        if report_dir.exists() and not report_dir.is_dir():
+            raise BadInput.single(f"{report_dir} is not a directory", field="--report-dir")
+        try:
+            report_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise BadInput.single(f"cannot create {report_dir}: {exc.strerror}",
+                                  field="--report-dir") from None
+        if not os.access(report_dir, os.W_OK | os.X_OK):
+            raise BadInput.single(f"{report_dir} is not writable", field="--report-dir")
+    if prom_file is not None:
+        if prom_file.is_dir():
+            raise BadInput.single(f"{prom_file} is a directory; name the textfile itself "
+                                  "(e.g. DIR/fleet_hygiene.prom)", field="--prom-file")
+        if not prom_file.parent.is_dir():
+            raise BadInput.single(f"{prom_file.parent} is not a directory", field="--prom-file")
 
 
 def _check_bench_options(bench_samples: int | None, diag_level: int | None) -> None:

@@ -485,3 +485,21 @@ def test_the_nesting_scan_skips_strings_and_counts_lines() -> None:
     assert json_too_deep('{"a": "\\"[[[", "b": [[1]]}', limit=2) == 1
     assert json_too_deep('{\n"a":\n[[[1]]]}', limit=3) == 3
     assert json_too_deep("[" * 5, limit=5) is None
+
+
+@pytest.mark.parametrize("option", ["--report-dir", "--prom-file"])
+def test_hygiene_report_paths_are_checked_before_the_run(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, option: str) -> None:
+    """A report folder that is a file (or a textfile that is a folder) is bad input, said
+    before any host is probed and before a history is made, not an internal error afterwards."""
+    target = tmp_path / "taken"
+    if option == "--report-dir":
+        target.write_text("a file, not a folder\n")
+    else:
+        target.mkdir()
+    db = tmp_path / "fleet.db"
+    code, out, err = fleet(capsys, "--db", str(db), "hygiene", "run", "-m", str(EXAMPLE),
+                           "--sim", "4", option, str(target))
+    assert code == ExitCode.BAD_INPUT, (out, err)
+    assert f"{option}: {target}" in err and "internal error" not in err
+    assert not db.exists()
