@@ -15,8 +15,10 @@ A host is conformant when
 - no package of another release is installed, held or left as `rc` configuration (another
   CUDA toolkit, cuDNN or DCGM generation: `fleet.domain.checks.packages`);
 - the running kernel meets the release's kernel constraint (when both are known);
-- on Debian, unattended-upgrades excludes the release's packages, when the probe reports the
-  exclusion (it is recorded as 'not verified' otherwise).
+- the distribution's automatic upgrader leaves the release's packages alone: on Debian,
+  unattended-upgrades' Package-Blacklist names each of them; on RHEL, fleet's exclude guard in
+  dnf-automatic's automatic.conf does. A guard the probe could not read or did not report is
+  not verified, and a host that cannot be verified is not conformant.
 
 A conformant host on an allowed release other than its pool's golden is reported as behind its
 golden (a note, not drift). Each difference reads "component: have X, want Y".
@@ -30,9 +32,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fleet.domain.checks.packages import leftovers
-from fleet.domain.facts import HostFacts
+from fleet.domain.facts import HostFacts, UpgradeGuard
 from fleet.domain.matrix.models import Matrix, OsFamily, Release
-from fleet.domain.pinning import upstream_of
+from fleet.domain.pinning import dnf_automatic_excluded, upstream_of
 from fleet.domain.versions import kernel_release_version, satisfies
 
 _DRIVER_PKG = re.compile(r"^(nvidia-driver|nvidia-open|nvidia-utils|kmod-nvidia|nvidia-kmod)")
@@ -65,7 +67,8 @@ class DriftInput:
     facts: HostFacts | None = None
     error: str | None = None
     unattended_excluded: frozenset[str] | None = None
-    """Package names unattended-upgrades is told to leave alone, when the probe reports it."""
+    """Package names the automatic upgrader (unattended-upgrades, dnf-automatic) is told to leave
+    alone; None: read them from the facts' upgrade guard (`upgrade_excluded`)."""
     in_flight: str | None = None
     """What an unfinished rollout is doing to the host (it is moving on purpose, not drift)."""
 
@@ -116,6 +119,30 @@ def unattended_excluded(text: str) -> frozenset[str]:
             if "};" in stripped:
                 in_block = False
     return frozenset(out)
+
+
+def upgrade_excluded(facts: HostFacts) -> tuple[frozenset[str] | None, str]:
+    """The package names the host's automatic upgrader leaves alone, from the probe's upgrade
+    guard: (names, "") or (None, why they are unknown)."""
+    guard = facts.upgrade_guard
+    if _os_family(facts) == "rhel":
+        if guard is None or (guard.dnf_automatic is None and "dnf_automatic" in guard.unreadable):
+            return None, _guard_reason(guard, "dnf_automatic")
+        if guard.dnf_automatic is None:
+            return frozenset(), ""  # no automatic.conf: fleet's guard is not there
+        return dnf_automatic_excluded(guard.dnf_automatic) or frozenset(), ""
+    if guard is None or guard.apt_conf is None:
+        return None, _guard_reason(guard, "apt_conf")
+    out: set[str] = set()
+    for text in guard.apt_conf.values():
+        out |= unattended_excluded(text)
+    return frozenset(out), ""
+
+
+def _guard_reason(guard: UpgradeGuard | None, key: str) -> str:
+    if guard is None:
+        return "not reported by the probe"
+    return guard.unreadable.get(key, "not reported by the probe")
 
 
 def _os_family(facts: HostFacts) -> OsFamily:
@@ -203,8 +230,9 @@ def audit_host(inp: DriftInput, matrix: Matrix) -> HostDrift:
                                             if others else "")))
     target = release or golden
     if target is not None:
-        diffs.extend(_release_differences(facts, target, osf, inp.unattended_excluded, notes,
-                                          matrix))
+        excluded, why = ((inp.unattended_excluded, "") if inp.unattended_excluded is not None
+                         else upgrade_excluded(facts))
+        diffs.extend(_release_differences(facts, target, osf, excluded, why, notes, matrix))
     out.release = release.name if release else None
     out.conformant = not diffs
     if out.behind_golden:
@@ -214,7 +242,7 @@ def audit_host(inp: DriftInput, matrix: Matrix) -> HostDrift:
 
 def _release_differences(
     facts: HostFacts, release: Release, osf: OsFamily,
-    unattended: frozenset[str] | None, notes: list[str], matrix: Matrix,
+    unattended: frozenset[str] | None, unattended_why: str, notes: list[str], matrix: Matrix,
 ) -> list[Difference]:
     diffs: list[Difference] = []
     specs = release.packages(osf)
@@ -260,14 +288,15 @@ def _release_differences(
             kv = None
         if kv is None or not satisfies(kv, constraint):
             diffs.append(Difference("kernel", kernel, constraint))
-    if osf == "debian":
-        if unattended is None:
-            notes.append("unattended-upgrades exclusion not reported by the probe: not verified")
-        else:
-            missing = sorted(s.name for s in specs if s.name not in unattended)
-            if missing:
-                diffs.append(Difference("unattended-upgrades", "not excluded: "
-                                        + ", ".join(missing), "excluded"))
+    upgrader = "unattended-upgrades" if osf == "debian" else "dnf-automatic"
+    if unattended is None:
+        diffs.append(Difference(upgrader, f"unknown ({unattended_why or 'not reported'})",
+                                "the release's packages excluded",
+                                "the guard could not be verified"))
+    else:
+        missing = sorted(s.name for s in specs if s.name not in unattended)
+        if missing:
+            diffs.append(Difference(upgrader, "not excluded: " + ", ".join(missing), "excluded"))
     return diffs
 
 

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from fleet.domain.matrix.models import Release
+from fleet.domain.pinning import UNATTENDED_PATH, unattended_blacklist, with_dnf_automatic_guard
 from fleet.probe.hostprobe import parse_kernel_log
 from fleet.sim.model import GpuProfile
 
@@ -242,6 +243,7 @@ def host_facts(
         "configured": ctk is not None,
     }
     facts["frameworks"] = []
+    facts["upgrade_guard"] = upgrade_guard(userspace, os_family)
     facts["probe_cpu_ms"] = 0.0
     return facts
 
@@ -249,3 +251,13 @@ def host_facts(
 def fallen_off_bus_line(when: datetime, host: str, uptime: float, pci: str) -> str:
     stamp = f"{when:%b} {when.day:2d} {when:%H:%M:%S}"
     return f"{stamp} {host} kernel: [{uptime:12.6f}] NVRM: GPU {pci}: GPU has fallen off the bus."
+
+
+def upgrade_guard(release: Release | None, os_family: str) -> dict[str, Any]:
+    """What the probe's `probe_upgrade_guard` reads on a host the pin deploy left on `release`:
+    unattended-upgrades' blacklist (Debian) or dnf-automatic's exclude guard (RHEL)."""
+    if os_family == "debian":
+        return {"apt_conf": {} if release is None else {
+            UNATTENDED_PATH: unattended_blacklist(release.packages("debian"))}}
+    return {"dnf_automatic": None if release is None else with_dnf_automatic_guard(
+        None, release.packages("rhel"))}

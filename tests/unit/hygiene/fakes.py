@@ -16,6 +16,7 @@ from typing import Any
 from fleet.domain.facts import HostFacts
 from fleet.domain.matrix.loader import load_matrix
 from fleet.domain.matrix.models import Matrix, Release
+from fleet.domain.pinning import UNATTENDED_PATH, unattended_blacklist
 from fleet.domain.ports import AdminState, HostRef, HostResult, Samples
 from fleet.domain.snapshot_rows import gpu_rows
 from fleet.history import History, add_snapshot
@@ -52,6 +53,8 @@ class FakeHost:
     kmod: str | None = None
     lib: str | None = None
     package_versions: dict[str, str] = field(default_factory=dict)
+    guard: bool = True
+    """Whether unattended-upgrades' blacklist names the release's packages (as fleet writes it)."""
 
     def __post_init__(self) -> None:
         if not self.counters:
@@ -90,6 +93,8 @@ class FakeHost:
                       "pci_bus_id": self.pci(i), "persistence_mode": True, **c}
                      for i, c in enumerate(self.counters)],
             "kernel_log": {"source": "journal", "events": events},
+            "upgrade_guard": {"apt_conf": {UNATTENDED_PATH: unattended_blacklist(
+                r.packages("debian"))} if self.guard else {}},
             "aer": [{"pci": self.pci(i), "role": "device",
                      "correctable": {"TOTAL_ERR_COR": n}, "nonfatal": {"TOTAL_ERR_NONFATAL": 0},
                      "fatal": {"TOTAL_ERR_FATAL": 0}} for i, n in enumerate(self.aer)],

@@ -33,8 +33,7 @@ def host(pool: str = "h100", **kw) -> FakeHost:
 
 def test_conformant_golden_host() -> None:
     d = drift_of(host())
-    assert d.conformant and d.release == "r580-cuda13.0" and not d.behind_golden
-    assert any("unattended" in n for n in d.notes)
+    assert d.conformant and d.release == "r580-cuda13.0" and not d.behind_golden, d.differences
 
 
 def test_allowed_release_is_conformant_but_behind_golden() -> None:
@@ -87,6 +86,40 @@ def test_unattended_exclusion_checked_when_reported() -> None:
     d = drift_of(host(), unattended_excluded=partial)
     assert [str(x) for x in d.differences] == [
         "unattended-upgrades: have not excluded: tensorrt, want excluded"]
+
+
+def test_unattended_exclusion_read_from_the_probe_or_not_conformant() -> None:
+    """Issue 31, defect 12: the probe's upgrade guard is judged; none reported is unverified."""
+    h = host()
+    h.guard = False  # the probe found no blacklist naming the release's packages
+    d = drift_of(h)
+    assert not d.conformant
+    assert [x.component for x in d.differences] == ["unattended-upgrades"]
+    unreported = h.facts().model_copy(update={"upgrade_guard": None})
+    d = audit_host(DriftInput(h.name, h.pool, True, unreported), M)
+    assert not d.conformant and "not reported" in d.differences[0].have
+
+
+def test_dnf_automatic_guard_is_judged_on_rhel() -> None:
+    from fleet.domain.facts import HostFacts
+    from fleet.domain.pinning import with_dnf_automatic_guard
+
+    rel = M.golden_for("h100")
+    items = [{"name": s.name, "version": s.version + "-1.el9", "held": True}
+             for s in rel.packages("rhel")]
+
+    def facts(guard: object) -> HostFacts:
+        doc = host().facts().model_dump(mode="json", by_alias=True)
+        doc["versions"]["packages"] = {"manager": "rpm", "items": items}
+        doc["upgrade_guard"] = guard
+        return HostFacts.model_validate(doc)
+
+    guarded = with_dnf_automatic_guard("[base]\napply_updates = no\n", rel.packages("rhel"))
+    ok = audit_host(DriftInput("gpu-01", "h100", True, facts({"dnf_automatic": guarded})), M)
+    assert not any(x.component == "dnf-automatic" for x in ok.differences), ok.differences
+    bare = audit_host(DriftInput("gpu-01", "h100", True, facts(
+        {"dnf_automatic": "[base]\napply_updates = yes\n"})), M)
+    assert any(x.component == "dnf-automatic" for x in bare.differences)
 
 
 def test_blocked_driver_is_drift() -> None:
