@@ -175,3 +175,40 @@ def test_a_resumed_rollout_leaves_a_quarantined_host_drained(tmp_path: Path) -> 
     assert not rig.problems(rid)
     _history: History = rig.history
     assert open_record(_history, "h100-canary-00001") is not None
+
+
+def race_for_the_budget(url: str, *, racers: int = 6, limit: int = 2) -> list[int | None]:
+    """`racers` threads, each with its own connection, reserve a quarantine for a different
+    host of one pool at the same instant; what each got. Shared with the PostgreSQL test."""
+    import threading
+
+    from fleet.history.quarantines import reserve_quarantine
+
+    open_history(url).close()  # migrated before the race
+    hosts = [f"h100-{i:02d}" for i in range(racers)]
+    barrier = threading.Barrier(racers)
+    got: list[int | None] = []
+    lock = threading.Lock()
+
+    def racer(host: str) -> None:
+        with open_history(url) as hist:
+            barrier.wait()
+            qid = reserve_quarantine(hist, host, pool_hosts=hosts, limit=limit,
+                                     reason="remap failure", opened_by="test", at=NOW)
+            with lock:
+                got.append(qid)
+
+    threads = [threading.Thread(target=racer, args=(h,)) for h in hosts]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert len(got) == racers
+    return got
+
+
+def test_simultaneous_reservations_spend_the_budget_once(tmp_path: Path) -> None:
+    got = race_for_the_budget(str(tmp_path / "h.db"))
+    assert sum(q is not None for q in got) == 2
+    with open_history(str(tmp_path / "h.db")) as hist:
+        assert len(list_quarantines(hist)) == 2
