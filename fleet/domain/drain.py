@@ -32,6 +32,7 @@ class DrainView:
     jobs: tuple[str, ...] = ()
     reason: str | None = None
     owner: str | None = None
+    empty: bool = False  # the scheduler said drained and listed no work (never inferred)
 
     def describe(self) -> str:
         what = {"ready": "drained and empty", "wait": "waiting for", "timeout": "timed out on",
@@ -70,10 +71,15 @@ def decide(state: AdminState, waited_s: float, settings: DrainSettings) -> Drain
 
 def view(host: str, state: AdminState, waited_s: float, settings: DrainSettings) -> DrainView:
     """One look; the reason is kept where it explains the outcome (someone else's drain, a
-    down node), not while fleet's own drain waits."""
+    down node, a state the scheduler could not read), not while fleet's own drain waits.
+    `empty` only when the scheduler reported the host drained with no work listed: a drain
+    with no job list (a failed pod listing, Slurm's MIXED+DRAIN beside an empty squeue) is
+    not empty."""
     outcome = decide(state, waited_s, settings)
-    reason = None if outcome in ("ready", "wait", "timeout") else state.reason
-    return DrainView(host, outcome, waited_s, tuple(state.jobs), reason, state.owner)
+    reason = state.reason if outcome not in ("ready", "wait", "timeout") or \
+        state.state == "unknown" else None  # an unknown state says why it is unknown
+    empty = state.state == "drained" and not state.jobs
+    return DrainView(host, outcome, waited_s, tuple(state.jobs), reason, state.owner, empty)
 
 
 __all__ = ["DrainOutcome", "DrainView", "decide", "describe_jobs", "view"]

@@ -145,3 +145,13 @@ class NodeReboot(Protocol):
 
     def reboot_nodes(self, hosts: Sequence[str], reason: str, *, timeout_s: float
                      ) -> dict[str, HostResult[None]]: ...
+
+
+@runtime_checkable
+class IdleCheck(Protocol):
+    """A scheduler that can say a host in service runs nothing at all, so a benchmark there
+    (a rollout's same-time baseline) slows no one's job and is not biased by one. `value` True:
+    idle (Slurm: IDLE and `squeue` lists no job; Kubernetes: schedulable, no workload pod);
+    False: busy; not ok: it could not tell, which is never idle."""
+
+    def idle(self, host: str) -> HostResult[bool]: ...

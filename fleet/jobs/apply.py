@@ -257,8 +257,10 @@ def _drain_for_change(scheduler: Scheduler, history: History, matrix: Matrix,
                       sleep: Callable[[float], object], actor: str | None,
                       say: Callable[[str, str], None]) -> list[str]:
     """Drain `names` and wait until each is empty (per pool's settings); returns the hosts
-    that may change. A host someone else drained may change once it is empty, and is never
-    undrained; a host whose jobs outlive the timeout is left as it was, and said why."""
+    that may change. A host someone else drained may change once the scheduler positively
+    lists it empty (drained, no job or pod), and is never undrained; their drain with no job
+    list (a failed pod listing, MIXED+DRAIN beside an empty squeue) is unknown, and unknown
+    never changes. A host whose jobs outlive the timeout is left as it was, and said why."""
     by_pool: dict[str | None, list[str]] = defaultdict(list)
     for n in names:
         by_pool[refs[n].pool].append(n)
@@ -289,20 +291,34 @@ def _drain_for_change(scheduler: Scheduler, history: History, matrix: Matrix,
             if v.outcome == "ready":
                 res.drained = True
                 ready.append(h)
-            elif v.outcome == "taken" and not v.jobs:
+            elif v.outcome == "taken" and v.empty:
                 ready.append(h)  # drained by someone else and empty: change it, leave it drained
             elif v.outcome == "down":
                 res.outcome, res.error = "unreachable", f"drain: {v.reason or 'down'}"
             else:
                 res.outcome = "failed"
-                res.error = (f"not changed: {describe_jobs(v.jobs)} still running after "
-                             f"{v.waited_s:.0f} s (drain timeout {settings.timeout_minutes:g} "
-                             "min)" if v.outcome == "timeout"
-                             else f"drain: {v.describe()}")
+                res.error = _not_changed(v, settings)
                 st = scheduler.state(h)
                 if st.by_fleet and st.state in ("drained", "draining"):
                     scheduler.undrain(h)  # untouched: back into service
+                elif st.by_fleet:  # unknown: never undrained on a guess
+                    res.left_drained = True
     return ready
+
+
+def _not_changed(v: DrainView, settings: DrainSettings) -> str:
+    """Why a host the drain did not make ready was left unchanged."""
+    if v.outcome == "taken":
+        work = (f"{describe_jobs(v.jobs)} still on it" if v.jobs else
+                "the scheduler does not list it empty (no job list: a failed listing, or "
+                "busy with no job named)")
+        return (f"not changed: drained by someone else ({v.reason or 'no reason'}"
+                + (f", {v.owner}" if v.owner else "") + f") and {work}")
+    if v.outcome == "timeout":
+        return (f"not changed: {describe_jobs(v.jobs)} still running after {v.waited_s:.0f} s "
+                f"(drain timeout {settings.timeout_minutes:g} min)"
+                + (f"; {v.reason}" if v.reason else ""))
+    return f"drain: {v.describe()}"
 
 
 def _undrain_after_change(scheduler: Scheduler, names: list[str],

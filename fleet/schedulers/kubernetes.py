@@ -39,7 +39,18 @@ operator had already opted out stays opted out.
 
 Ownership: the `drained-by=fleet` annotation is written before the cordon, so a cordon by fleet is
 always recognisable; a node cordoned without it (by an operator, NVSentinel, the GPU Operator) is
-never uncordoned by fleet (GPU Operator #304 and #2820, NVSentinel #1424).
+never uncordoned by fleet (GPU Operator #304 and #2820, NVSentinel #1424). The annotation means
+ownership only while the node is still cordoned: a schedulable node carrying fleet's marks was
+put back in service by someone else (`kubectl uncordon`) or never got fleet's cordon (a crash
+between annotate and cordon), so whenever fleet reads such a node (state, drain, undrain, idle)
+it removes its annotations and restores the opt-out labels it set. Otherwise a later cordon by
+someone else would read as fleet's, and fleet would uncordon it. A recordon that follows an
+uncordon before fleet looks again cannot be told apart: nothing in the node object says who set
+`spec.unschedulable`.
+
+Empty means listed empty: a cordoned node is `drained` only when `kubectl get pods` answered and
+named no pod left to evict; when the listing fails the node is `unknown` (fleet's or not), never
+drained, so nothing reboots it.
 `wait_s=0` cordons without evicting; `wait_s>0` runs `kubectl drain --timeout=<wait_s>s` (never
 `--timeout=0s`, which means forever) unless no evictable pod is left, so the engine may call it
 once per poll: each call pushes the evictions along for at most `wait_s` and returns.
@@ -285,7 +296,21 @@ class KubernetesScheduler:
         return False, "no Ready condition"
 
     def ours(self, node: dict[str, Any]) -> bool:
-        return self._meta(node, "annotations").get(self.owner_key) == "fleet"
+        """Cordoned by fleet: fleet's annotation AND still cordoned (see the module doc)."""
+        return self.unschedulable(node) and self.marked(node)
+
+    def marked(self, node: dict[str, Any]) -> bool:
+        """The node carries fleet's ownership marks (whether or not still cordoned)."""
+        notes = self._meta(node, "annotations")
+        return notes.get(self.owner_key) == "fleet" or self.prior_key in notes
+
+    def _forget_stale(self, host: str, node: dict[str, Any]) -> str | None:
+        """A schedulable node with fleet's marks is back in service: remove the marks and put
+        the opt-out labels back as they were. Returns the error, or None (also when there was
+        nothing to clear)."""
+        if self.unschedulable(node) or not self.marked(node):
+            return None
+        return self._restore(host, node)
 
     def admin_state(self, node: dict[str, Any], jobs: Sequence[str] | str = ()) -> AdminState:
         """The node's state; `jobs` (pods still to go, or the error listing them) keep a cordoned
@@ -298,8 +323,9 @@ class KubernetesScheduler:
         if not ready:
             return AdminState("down", reason or why, ours and self.unschedulable(node), owner)
         if self.unschedulable(node):
-            if isinstance(jobs, str):  # cannot tell what is left: not drained
-                return AdminState("draining", reason, ours, owner)
+            if isinstance(jobs, str):  # cannot tell what is left: unknown, never drained
+                return AdminState("unknown", f"cordoned ({reason or 'no reason'}); {jobs}",
+                                  ours, owner)
             held = tuple(jobs)
             return AdminState("draining" if held else "drained", reason, ours, owner, held)
         return AdminState("available")
@@ -308,16 +334,43 @@ class KubernetesScheduler:
         node = self.node(host)
         if isinstance(node, str):
             return AdminState("unknown", node)
+        stale = self._forget_stale(host, node)
+        if stale is not None:
+            return AdminState("available", f"fleet's marks left from an earlier drain could "
+                                           f"not be removed: {stale}")
         jobs: list[str] | str = []
         if self.unschedulable(node) and self.ready(node)[0]:
             jobs = self.jobs(host)
         return self.admin_state(node, jobs)
+
+    def idle(self, host: str) -> HostResult[bool]:
+        """True when the node runs no workload: schedulable, Ready, and `kubectl get pods`
+        lists no pod but DaemonSet, mirror and finished ones. A failed read is not ok (never
+        idle)."""
+        node = self.node(host)
+        if isinstance(node, str):
+            return HostResult.failed(host, node)
+        self._forget_stale(host, node)
+        if self.unschedulable(node) or not self.ready(node)[0]:
+            return HostResult(host, False)
+        pods = self.pods(host)
+        if isinstance(pods, str):
+            return HostResult.failed(host, pods)
+        return HostResult(host, not pods_to_go(pods))
 
     # ------------------------------------------------------------------------- changing it
     def drain(self, host: str, reason: str, *, wait_s: float = 0) -> HostResult[None]:
         node = self.node(host)
         if isinstance(node, str):
             return HostResult.failed(host, node)
+        if self.marked(node) and not self.unschedulable(node):
+            stale = self._forget_stale(host, node)
+            if stale is not None:
+                return HostResult.failed(host, f"fleet's marks left from an earlier drain "
+                                               f"could not be removed: {stale}")
+            node = self.node(host)  # read again: the marks are gone, the prior labels back
+            if isinstance(node, str):
+                return HostResult.failed(host, node)
         ours = self.ours(node)
         if self.unschedulable(node) and not ours:
             return HostResult(host, None, changed=False)  # someone else's cordon: leave it
@@ -380,14 +433,14 @@ class KubernetesScheduler:
             notes = self._meta(node, "annotations")
             who = notes.get(NVSENTINEL_BY) or "someone else"
             return HostResult.failed(host, f"cordoned by {who}; fleet does not uncordon it")
-        if not ours:
+        if not ours and not self.marked(node):
             return HostResult(host, None, changed=False)
-        if self.unschedulable(node):
+        if ours:
             rc, out, err = self._kubectl("uncordon", host)
             if rc != 0:
                 return HostResult.failed(host, f"kubectl uncordon failed (exit {rc}): "
                                                f"{tail(err or out)}")
-        error = self._restore(host, node)
+        error = self._restore(host, node)  # also the marks of a node someone else uncordoned
         if error:
             return HostResult(host, None, ok=False, changed=True, error=error)
         return HostResult(host, None, changed=True)

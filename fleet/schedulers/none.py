@@ -27,6 +27,11 @@ class NoneScheduler:
             return AdminState("available")
         return AdminState("drained", reason, by_fleet=True)
 
+    def idle(self, host: str) -> HostResult[bool]:
+        """Idle unless fleet drained it: with no workload manager, the inventory says these
+        hosts run nothing fleet has to move (the operator's word, not a reading)."""
+        return HostResult(host, host not in self._drained)
+
     def drain(self, host: str, reason: str, *, wait_s: float = 0) -> HostResult[None]:
         changed = host not in self._drained
         self._drained[host] = f"{self.marker} {reason}".strip()

@@ -2,7 +2,7 @@
 
     scontrol show node NODE                                         -> State=IDLE+DRAIN, Reason=...
     scontrol update nodename=NODE state=drain reason="fleet: ..."   (DRAIN: no new jobs)
-    squeue -h -w NODE -t R,CG -o %i                                 (jobs still on the node)
+    squeue -h -w NODE -t R,CG,S,ST -o %i                            (jobs still on the node)
     scontrol update nodename=NODE state=resume                      (only if the reason is ours)
     scancel JOB... | scontrol requeue JOB...                        (only when the matrix says so)
     scontrol reboot NODE                                            (`rollout.reboot: slurm`)
@@ -15,7 +15,15 @@ or completing job on it. `scontrol show node` prints the reason with its owner a
 Ownership lives in the drain reason: fleet's reasons start with the marker (`fleet:`), the way
 NHC prefixes its own with `NHC:`. A node drained or downed by anyone else is never resumed and
 never re-drained under our marker (that would make it look like ours: GPU Operator #304,
-NVSentinel #1424). Completing jobs (CG) count as running: their epilog may still hold the GPUs.
+NVSentinel #1424). Completing jobs (CG) count as running: their epilog may still hold the GPUs;
+suspended (S) and stopped (ST) jobs keep their memory and GPUs on the node, and a reboot kills
+them, so they count too.
+
+Empty means listed empty: a node is `drained` only when scontrol's base state is idle AND squeue
+lists nothing. `MIXED+DRAIN` (or ALLOCATED, COMPLETING) with an empty squeue is `draining`, never
+empty: some work is there that squeue did not name. A failed squeue is `unknown`.
+`idle()` (`IdleCheck`) is stricter still, for a benchmark beside no job: exactly `IDLE`, nothing
+listed.
 """
 
 from __future__ import annotations
@@ -48,6 +56,8 @@ _UP = frozenset({"IDLE", "ALLOCATED", "ALLOC", "MIXED", "COMPLETING", "PLANNED",
 _REASON_RE = re.compile(r"^(?P<text>.*?)\s*\[(?P<owner>[^\s@\]]+)@(?P<when>[^\]]+)\]$")
 _JOB_ID_RE = re.compile(r"^[0-9]{1,12}(_[0-9]{1,9})?(\+[0-9]{1,6})?$")
 _REBOOTING = frozenset({"REBOOT_REQUESTED", "REBOOT_ISSUED", "REBOOT"})
+HOLDING_STATES = "R,CG,S,ST"
+"""squeue job states that hold a node: running, completing, suspended, stopped."""
 
 
 def split_reason(printed: str | None) -> tuple[str | None, str | None, str | None]:
@@ -220,12 +230,27 @@ class SlurmScheduler:
         return None
 
     def running_jobs(self, host: str) -> list[str] | str:
+        """The jobs holding the node (running, completing, suspended, stopped), or the error."""
         check_node_name(host)
-        argv = [self.squeue, "-h", "-w", host, "-t", "R,CG", "-o", "%i"]
+        argv = [self.squeue, "-h", "-w", host, "-t", HOLDING_STATES, "-o", "%i"]
         rc, out, err = self.run(argv, self.timeout_s)
         if rc != 0:
             return f"squeue failed (exit {rc}): {tail(err or out)}"
         return [line.strip() for line in out.splitlines() if line.strip()]
+
+    def idle(self, host: str) -> HostResult[bool]:
+        """True when the node runs nothing at all: in service and exactly IDLE (not MIXED,
+        PLANNED, RESERVED, draining, down or not responding) and squeue lists no job. A failed
+        read is not ok (never idle)."""
+        node = self.show(host)
+        if isinstance(node, str):
+            return HostResult.failed(host, node)
+        if node.flags != ["IDLE"] or node.not_responding:
+            return HostResult(host, False)
+        jobs = self.running_jobs(host)
+        if isinstance(jobs, str):
+            return HostResult.failed(host, jobs)
+        return HostResult(host, not jobs)
 
     def drain(self, host: str, reason: str, *, wait_s: float = 0) -> HostResult[None]:
         node = self.show(host)

@@ -96,6 +96,13 @@ class SimScheduler:
             return AdminState("draining", node.reason, by_fleet, None, (node.job_id or "1",))
         return AdminState("drained", node.reason, by_fleet)
 
+    def idle(self, host: str) -> HostResult[bool]:
+        """In service and running no job (`IdleCheck`); a down host is not ok."""
+        node = self._node(host)
+        if self._down(host):
+            return HostResult.failed(host, "Not responding")
+        return HostResult(host, not node.drained and not self._running(node))
+
     def stop_jobs(self, host: str, jobs: Sequence[str], action: StopAction
                   ) -> HostResult[list[str]]:
         """Cancel or requeue: the job leaves the node at once (a requeued one runs elsewhere)."""

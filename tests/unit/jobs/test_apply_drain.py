@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import json
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from fleet.domain.matrix.loader import load_matrix
 from fleet.domain.matrix.models import Matrix
+from fleet.domain.ports import Scheduler
 from fleet.history import list_events, open_history
 from fleet.jobs.apply import pin_hosts
+from fleet.schedulers.kubernetes import KubernetesScheduler
+from fleet.schedulers.slurm import SlurmScheduler
 from fleet.sim import Latency, SimClock, SimFleet
 from tests.unit.rollout.helpers import with_drain
+from tests.unit.schedulers.conftest import DATA, k8s_node
 
 POOL = "h100"
 ROOT = Path(__file__).resolve().parents[3]
@@ -81,3 +87,60 @@ def test_no_drain_is_recorded_with_the_reason(matrix: Matrix, tmp_path: Path) ->
     assert not [c for c in sched.calls if c[0] == "drain"]
     assert len(events) == 1 and events[0].data["reason"] == "Xid 79 storm, no time"
     assert sorted(events[0].data["hosts"]) == sorted(names)
+
+
+def _kube_runner(node: dict[str, Any], pods_fail: bool) -> Any:
+    def runner(argv: list[str], timeout: float | None) -> tuple[int, str, str]:
+        if argv[1:3] == ["get", "node"]:
+            return 0, json.dumps(node), ""
+        if argv[1:3] == ["get", "pods"]:
+            if pods_fail:  # the training pods are there, but the list times out
+                return 1, "", "Unable to connect to the server: net/http: TLS handshake timeout"
+            return 0, json.dumps({"items": []}), ""
+        return 0, "", ""
+    return runner
+
+
+def _slurm_runner(state: str) -> Any:
+    def runner(argv: list[str], timeout: float | None) -> tuple[int, str, str]:
+        if argv[:3] == ["scontrol", "show", "node"]:
+            return 0, (f"NodeName={argv[3]} Arch=x86_64\n   State={state} ThreadsPerCore=2\n"
+                       "   Reason=ops: replace PSU [alice@2025-01-06T09:00:00]\n"), ""
+        return 0, "", ""  # squeue lists nothing (a suspended job, say, is not asked for)
+    return runner
+
+
+@pytest.mark.parametrize("case", ["kubernetes, pod listing fails", "slurm MIXED+DRAIN"])
+def test_someone_elses_drain_with_no_job_list_is_never_rebooted(
+        matrix: Matrix, tmp_path: Path, case: str) -> None:
+    fleet, clock, names = rig(matrix, tmp_path)
+    host = names[0]
+    sched: Scheduler
+    if case.startswith("kubernetes"):
+        sample = json.loads((DATA / "kubectl_get_node.json").read_text())
+        node = k8s_node(sample, host, unschedulable=True,
+                        annotations={"k8saas.nvidia.com/cordon-by": "NVSentinel",
+                                     "k8saas.nvidia.com/cordon-reason": "GpuXidError"})
+        sched = KubernetesScheduler(_kube_runner(node, pods_fail=True))
+    else:
+        sched = SlurmScheduler(_slurm_runner("MIXED+DRAIN"))
+    before = fleet.installed_release(host)
+    reboots: list[str] = []
+    real_reboot = fleet.reboot
+    fleet.reboot = lambda hs: (reboots.extend(hs), real_reboot(hs))[1]  # type: ignore[method-assign]
+    with open_history(str(tmp_path / "h.db")) as history:
+        out = pin_hosts(fleet, history, matrix, {host: matrix.release("r595-cuda13.2")},
+                        now=clock, scheduler=sched, sleep=clock.advance)
+    assert out[0].outcome == "failed" and "not changed" in (out[0].error or ""), out[0].error
+    assert reboots == [] and fleet.installed_release(host) == before
+
+
+def test_someone_elses_drain_listed_empty_is_changed_and_left_drained(
+        matrix: Matrix, tmp_path: Path) -> None:
+    fleet, clock, names = rig(matrix, tmp_path)
+    sched = SlurmScheduler(_slurm_runner("IDLE+DRAIN"))  # drained, squeue lists nothing
+    with open_history(str(tmp_path / "h.db")) as history:
+        out = pin_hosts(fleet, history, matrix, {names[0]: matrix.release("r595-cuda13.2")},
+                        now=clock, scheduler=sched, sleep=clock.advance)
+    assert out[0].outcome == "changed", out[0].error
+    assert not out[0].drained  # not fleet's drain: never undrained

@@ -184,7 +184,8 @@ def test_pod_list_failure_never_reads_drained(node_json: dict[str, Any]) -> None
         return 0, json.dumps(node), ""
 
     s = KubernetesScheduler(runner)
-    assert s.state("minikube").state == "draining"
+    st = s.state("minikube")
+    assert (st.state, st.by_fleet) == ("unknown", True) and "forbidden" in (st.reason or "")
     jobs = s.jobs("minikube")
     assert isinstance(jobs, str) and "forbidden" in jobs
     r = s.drain("minikube", "wave 1", wait_s=30)

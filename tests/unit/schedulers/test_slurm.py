@@ -69,7 +69,7 @@ def test_drain_wait_resume(cluster: FakeCluster) -> None:
     st = s.state("gpu01")
     assert (st.state, st.by_fleet) == ("drained", True)
     assert st.reason is not None and st.reason.startswith("fleet: upgrade")
-    assert ["squeue", "-h", "-w", "gpu01", "-t", "R,CG", "-o", "%i"] in cluster.log()
+    assert ["squeue", "-h", "-w", "gpu01", "-t", "R,CG,S,ST", "-o", "%i"] in cluster.log()
     r = s.undrain("gpu01")
     assert r.ok and r.changed
     assert s.state("gpu01") == AdminState("available")
@@ -167,3 +167,48 @@ def test_drained_flag_with_jobs_left_is_still_draining() -> None:
     assert node.admin_state("fleet:", ["4711"]) == AdminState("draining", "fleet: x", True,
                                                               None, ("4711",))
     assert node.admin_state("fleet:").state == "drained"
+
+
+def test_someone_elses_busy_drain_with_no_job_listed_is_not_empty() -> None:
+    # MIXED+DRAIN while squeue (running, completing, suspended, stopped) names nothing
+    def runner(argv: list[str], timeout: float | None) -> tuple[int, str, str]:
+        if argv[:3] == ["scontrol", "show", "node"]:
+            return 0, ("NodeName=gpu7 Arch=x86_64\n   State=MIXED+DRAIN ThreadsPerCore=2\n"
+                       "   Reason=ops: replace PSU [alice@2025-01-06T09:00:00]\n"), ""
+        return 0, "", ""
+
+    st = SlurmScheduler(runner).state("gpu7")
+    assert (st.state, st.by_fleet, st.jobs) == ("draining", False, ())  # never "drained"
+
+
+def test_suspended_and_stopped_jobs_hold_the_node(cluster: FakeCluster) -> None:
+    s = _slurm(cluster, {"gpu01": {"drain": True, "reason": "fleet: wave 1",
+                                   "jobs": [{"id": "70", "polls": 9, "state": "S"},
+                                            {"id": "71", "polls": 9, "state": "ST"}]}})
+    st = s.state("gpu01")
+    assert (st.state, st.jobs) == ("draining", ("70", "71"))
+
+
+@pytest.mark.parametrize(("node", "idle"), [
+    ({}, True),
+    ({"jobs": [{"id": "5", "polls": 9}]}, False),  # ALLOCATED
+    ({"drain": True, "reason": "fleet: x"}, False),  # out of service: not a baseline
+    ({"down": True, "reason": "Not responding"}, False),
+])
+def test_idle_means_idle_and_no_job_listed(cluster: FakeCluster, node: dict[str, Any],
+                                           idle: bool) -> None:
+    out = _slurm(cluster, {"gpu01": node}).idle("gpu01")
+    assert out.ok and out.value is idle
+
+
+def test_idle_with_squeue_failing_is_unknown() -> None:
+    def runner(argv: list[str], timeout: float | None) -> tuple[int, str, str]:
+        if argv[0] == "scontrol":
+            return 0, "NodeName=n1 Arch=x86_64\n   State=IDLE ThreadsPerCore=2\n", ""
+        return 1, "", "squeue: error: slurm_load_jobs error: Socket timed out"
+
+    out = SlurmScheduler(runner).idle("n1")
+    assert not out.ok and "Socket timed out" in (out.error or "")
+    busy = SlurmScheduler(lambda argv, t: (
+        0, "NodeName=n1 Arch=x86_64\n   State=MIXED ThreadsPerCore=2\n", "")).idle("n1")
+    assert busy.ok and busy.value is False
