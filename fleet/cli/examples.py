@@ -115,6 +115,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
                       f"fleet rollout start -m {MATRIX} --sim 64 -l h100-canary --dry"),
     "rollout resume": ("fleet rollout resume 3", "fleet rollout resume 3 --force"),
     "rollout promote": ("fleet rollout promote 3 --reason 'p99 within noise, checked by hand'",),
+    "rollout keep-waiting": ("fleet rollout keep-waiting 3 --reason 'job 77 ends at 14:00'",),
     "rollout abort": ("fleet rollout abort 3 --reason 'Xid 79 on a canary'",),
     "rollout status": ("fleet rollout status 3", "fleet rollout status 3 --hosts --json"),
     "rollout history": ("fleet rollout history", "fleet rollout history -n 5 --json"),

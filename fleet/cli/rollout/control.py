@@ -1,5 +1,5 @@
-"""`fleet rollout resume|promote|abort`: act on a recorded rollout, reached the way it
-recorded."""
+"""`fleet rollout resume|promote|keep-waiting|abort`: act on a recorded rollout, reached the
+way it recorded."""
 
 from __future__ import annotations
 
@@ -54,10 +54,24 @@ def resume_cmd(ctx: typer.Context, rollout_id: Annotated[int, typer.Argument(met
 def promote_cmd(ctx: typer.Context, rollout_id: Annotated[int, typer.Argument(metavar="ID")],
                 reason: ReasonOpt = None, force: ForceOpt = False,
                 json_out: JsonFlag = False) -> None:
-    """Pass the paused (inconclusive) wave by hand and continue the rollout."""
+    """Pass the paused wave's inconclusive benchmark gate by hand and continue the rollout
+    (refused for a wave paused on its drain: see keep-waiting)."""
     mpath, source = _recorded(ctx, rollout_id)
     drive(ctx, mpath, source, json_out,
           lambda e: e.promote(rollout_id, force=force, reason=reason),
+          options=_options(ctx, rollout_id), rollout_id=rollout_id)
+
+
+@app.command("keep-waiting")
+def keep_waiting_cmd(ctx: typer.Context,
+                     rollout_id: Annotated[int, typer.Argument(metavar="ID")],
+                     reason: ReasonOpt = None, force: ForceOpt = False,
+                     json_out: JsonFlag = False) -> None:
+    """After a drain-timeout pause: wait a whole drain timeout again for the wave's jobs; the
+    wave then goes through every gate (promote is refused there: no gate has run)."""
+    mpath, source = _recorded(ctx, rollout_id)
+    drive(ctx, mpath, source, json_out,
+          lambda e: e.keep_waiting(rollout_id, force=force, reason=reason),
           options=_options(ctx, rollout_id), rollout_id=rollout_id)
 
 

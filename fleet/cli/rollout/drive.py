@@ -97,7 +97,8 @@ def drive(ctx: typer.Context, matrix_path: str, source: dict[str, Any], json_out
 
     if result.status in ("paused", "aborting", "running", "rolling_back"):
         raise CouldNotComplete(f"rollout {result.rollout_id} is {result.status}: "
-                               f"`fleet rollout promote|abort|resume {result.rollout_id}`")
+                               f"`fleet rollout promote|keep-waiting|abort|resume "
+                               f"{result.rollout_id}`")
     if left:
         from fleet.domain.selection import known
 

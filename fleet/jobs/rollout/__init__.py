@@ -15,8 +15,10 @@ Per wave (states in `fleet.domain.gates`):
     budgets    failed or unreachable hosts over the per-wave or the pool's total budget fail
                the wave
     benchmark  synthetic and/or replay samples of the wave's hosts against a same-time baseline
-               (hosts of the same pool and GPU model still on the old release), else the pool's
-               recent history on the old release (lower confidence), judged by the judge
+               (hosts of the same pool and GPU model still on the old release, idle as the
+               scheduler says), else the pool's recent history on the old release (lower
+               confidence), judged by the judge; a canary that could not be measured while
+               others were is retried, then fails on its own
     bake       wait `bake_minutes` (a `sleep` callable, so tests and rehearsals do not wait),
                then probe the wave again
     repair     hosts that failed after their pin changed are rolled back one by one
@@ -25,7 +27,8 @@ Per wave (states in `fleet.domain.gates`):
 Verdicts: fail rolls back the wave's hosts (or every host moved so far in the pool, with
 `rollback_scope="all"`), health-checked, and the rollout stops `rolled_back`; inconclusive pauses
 it (`paused`) until `promote` or `abort`; error (could not measure) is retried `max_retries`
-times, then it is inconclusive.
+times, then it is inconclusive. A drain timeout pauses before any gate: `keep_waiting` (never
+`promote`, which passes only a gate that ran) or `abort`.
 
 Durability: every step is written to the history before it is taken (`ended_at` unset) and
 after it ends, in one transaction per step per wave; the same transaction refreshes the lock's

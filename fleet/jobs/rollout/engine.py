@@ -17,6 +17,7 @@ from fleet.history.rollouts import (
     LockLost,
     WaveRow,
     create_rollout,
+    load_waves,
     release_lock,
     request_status,
     subject_of,
@@ -97,24 +98,72 @@ class RolloutEngine(WaveSteps, BenchGate, Rollbacks):
 
     def promote(self, rollout_id: int, *, force: bool = False,
                 reason: str | None = None) -> RolloutResult:
-        """An operator passes the paused wave; the rollout continues."""
+        """An operator passes the paused wave's inconclusive benchmark gate; the rollout
+        continues (the wave's later steps, bake and undrain, still run).
+
+        Refused (`CouldNotComplete`, nothing changed) when the wave paused before its gates
+        ran (a drain timeout): there is no verdict to overrule, and passing it would skip the
+        benchmark. `keep_waiting` is that case's action."""
         ro = self._get(rollout_id)
         if ro.status != "paused":
             raise CouldNotComplete(f"rollout {rollout_id} is {ro.status}, not paused: "
                                    "nothing to promote")
+        wave = self._paused_wave(rollout_id)
+        if wave is not None and wave.verdict != "inconclusive":
+            raise CouldNotComplete(
+                f"rollout {rollout_id}: wave {wave.index} ({wave.pool}) paused before its "
+                "gates ran (jobs outlived the drain timeout), so there is no gate verdict to "
+                f"promote; `fleet rollout keep-waiting {rollout_id}` waits for the jobs again "
+                "(the health and benchmark gates then run as usual), `abort` stops")
         self._take(rollout_id, force, "rollout.promote.lock", None)
         self._load()
         wave = next((w for w in self.waves if w.status == "paused"), None)
         events = [EventRow("rollout.promote", subject_of(rollout_id),
-                           f"wave {wave.index if wave else '?'} promoted by {self.actor}"
-                           + (f": {reason}" if reason else ""),
-                           {"wave": wave.index if wave else None, "reason": reason})]
+                           f"wave {wave.index if wave else '?'} promoted by {self.actor}: "
+                           "its inconclusive benchmark gate passed by hand"
+                           + (f" ({reason})" if reason else ""),
+                           {"wave": wave.index if wave else None, "reason": reason,
+                            "gate": "benchmark", "was": "inconclusive"})]
         self._write([], events=events, rollout={"status": "running"},
                     wave=(wave.id, {"status": "running", "verdict": "pass"}) if wave else None,
                     label="promote")
         if wave is not None:
             wave.status, wave.verdict = "running", "pass"
         return self._run()
+
+    def keep_waiting(self, rollout_id: int, *, force: bool = False,
+                     reason: str | None = None) -> RolloutResult:
+        """After a drain-timeout pause: wait for the wave's jobs again, a whole drain timeout
+        from now; once the hosts are empty the wave goes on through every gate. Refused
+        (`CouldNotComplete`) for a wave paused by an inconclusive gate (promote or abort)."""
+        ro = self._get(rollout_id)
+        if ro.status != "paused":
+            raise CouldNotComplete(f"rollout {rollout_id} is {ro.status}, not paused: "
+                                   "nothing is waiting")
+        wave = self._paused_wave(rollout_id)
+        if wave is not None and wave.verdict == "inconclusive":
+            raise CouldNotComplete(
+                f"rollout {rollout_id}: wave {wave.index} ({wave.pool}) is paused on an "
+                "inconclusive benchmark gate, not on its drain: `fleet rollout promote "
+                f"{rollout_id}` passes it by hand, `abort` rolls it back")
+        self._take(rollout_id, force, "rollout.keep_waiting.lock", None)
+        self._load()
+        wave = next((w for w in self.waves if w.status == "paused"), None)
+        events = [EventRow("rollout.keep_waiting", subject_of(rollout_id),
+                           f"wave {wave.index if wave else '?'}: {self.actor} keeps waiting "
+                           "for its jobs" + (f" ({reason})" if reason else ""),
+                           {"wave": wave.index if wave else None, "reason": reason})]
+        self._write([], events=events, rollout={"status": "running"},
+                    wave=(wave.id, {"status": "running", "verdict": None}) if wave else None,
+                    label="keep_waiting")
+        if wave is not None:  # no verdict: every gate of the wave runs once it is drained
+            wave.status, wave.verdict = "running", None
+        return self._run()
+
+    def _paused_wave(self, rollout_id: int) -> WaveRow | None:
+        """The rollout's paused wave, read from the history (no lock needed)."""
+        return next((w for w in load_waves(self.history, rollout_id)
+                     if w.status == "paused"), None)
 
     def abort(self, rollout_id: int, *, force: bool = False,
               reason: str | None = None) -> RolloutResult:
@@ -173,8 +222,9 @@ class RolloutEngine(WaveSteps, BenchGate, Rollbacks):
                     res = self._rollback(w, f"wave {w.index} failed (resuming its rollback)")
                     raise _Stop(res.status, res.reason)
                 if w.status == "paused":
+                    act = "promote" if w.verdict == "inconclusive" else "keep-waiting"
                     raise _Stop("paused", f"wave {w.index} ({w.pool}) is paused, waiting for "
-                                          f"`fleet rollout promote {self.rid}` or `abort`")
+                                          f"`fleet rollout {act} {self.rid}` or `abort`")
                 self._run_wave(w)
             self._write([], events=[self._ev("rollout.end", f"rollout {self.rid} completed",
                                              status="completed")],

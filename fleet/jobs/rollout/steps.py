@@ -52,7 +52,7 @@ class WaveSteps(EngineCore):
                 a = self.scheduler.state(r.host)
                 r.detail = {**r.detail, "admin": {"state": a.state, "reason": a.reason,
                                                   "by_fleet": a.by_fleet, "owner": a.owner}}
-            if r.detail.get("drain_timed_out"):  # promoted after a drain pause: wait anew
+            if r.detail.get("drain_timed_out"):  # keep-waiting after a drain pause: anew
                 r.detail = {k: v for k, v in r.detail.items()
                             if k not in ("drain_timed_out", "drain_since")}
         self._set(todo, "draining", ended=False)
@@ -121,8 +121,8 @@ class WaveSteps(EngineCore):
                    f"({settings.timeout_minutes:g} min"
                    + (f", then {settings.on_timeout}" if settings.on_timeout != "pause" else "")
                    + "): " + "; ".join(v.describe() for v in late)
-                   + f"; nothing was rebooted. Paused until `fleet rollout promote {self.rid}` "
-                     "(keep waiting) or `abort`")
+                   + f"; nothing was rebooted. Paused until `fleet rollout keep-waiting "
+                     f"{self.rid}` or `abort`")
             self._write(todo, events=[*stops, self._ev("rollout.pause", why, wave=w.index,
                                                        reason="drain timeout",
                                                        hosts={v.host: list(v.jobs)
