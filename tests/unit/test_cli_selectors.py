@@ -140,7 +140,8 @@ def test_scheduler_is_checked(fleet_cli, tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------ rollout ids
 @pytest.mark.parametrize("argv", [["resume", "99"], ["abort", "99", "--force"],
-                                  ["promote", "99"], ["status", "99"]])
+                                  ["promote", "99"], ["keep-waiting", "99"],
+                                  ["status", "99"]])
 def test_unknown_rollout_id_lists_the_ids(fleet_cli, tmp_path: Path, argv: list[str]) -> None:
     db = tmp_path / "h.db"
     with open_history(str(db)) as h:

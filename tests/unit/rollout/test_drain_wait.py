@@ -79,15 +79,15 @@ def test_jobs_outliving_the_timeout_pause_and_nothing_is_rebooted(matrix: Matrix
     assert rig.problems(res.rollout_id) == []
 
 
-def test_promote_after_a_drain_pause_waits_again_then_goes_on(matrix: Matrix,
-                                                               tmp_path: Path) -> None:
+def test_keep_waiting_after_a_drain_pause_waits_again_then_goes_on(matrix: Matrix,
+                                                                    tmp_path: Path) -> None:
     rig = Rig(with_drain(matrix, timeout_minutes=2, poll_seconds=10), tmp_path,
               pools={CANARY: 3})
     host = first_canary(rig)
     rig.fleet.scheduler().start_job(host, seconds=200, job_id="77")
     res = rig.start()
     assert res.status == "paused"
-    out = rig.engine().promote(res.rollout_id, reason="job 77 ends soon")
+    out = rig.engine().keep_waiting(res.rollout_id, reason="job 77 ends soon")
     assert out.status == "completed", out.reason
     assert rig.problems(res.rollout_id) == []
 
