@@ -66,7 +66,8 @@ def start_cmd(
     health-checked, benchmarked against a baseline, baked and undrained.
 
     Exit 0 completed; 1 rolled back (a gate failed); 3 paused (inconclusive: promote or abort
-    it), lock held by another rollout, or could not complete. With --dry: 0 when everything
+    it; a drain timeout: keep-waiting or abort), lock held by another rollout, or could not
+    complete. With --dry: 0 when everything
     could be computed, 3 when a host could not be read or a pool is held by another rollout,
     1 when nothing can move (max_unavailable used up). See docs/rollouts.md.
     """
