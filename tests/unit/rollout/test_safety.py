@@ -230,9 +230,9 @@ def test_resume_after_a_kill_drains_a_node_an_operator_resumed(matrix: Matrix,
     res = rig.engine(pid=1001, dead=True).resume(1, force=True)
     assert log.busy == [], log.busy
     assert res.status == "paused"
-    # the job ends, the operator promotes: the host is drained, then rebooted and verified
+    # the job ends, the operator keeps waiting: the host is drained, then rebooted and verified
     rig.clock.advance(9 * 3600)
-    res = rig.engine(pid=1002).promote(1)
+    res = rig.engine(pid=1002).keep_waiting(1)
     assert log.busy == []
     assert res.status == "completed", res.reason
     assert rig.problems(1) == []
