@@ -42,6 +42,7 @@ import json
 import math
 import os
 import random
+import re
 import selectors
 import shlex
 import socket
@@ -103,17 +104,27 @@ def parse_trace(lines, source="trace", base_dir=None):
     return out
 
 
+# What goes onto the wire is held to HTTP's own grammar (RFC 9110/9112): a CR, LF or other
+# control character in a method, path or header would let a trace smuggle a second request or
+# header into the service under test.
+_METHOD = re.compile(r"[A-Z]{1,16}")
+_PATH = re.compile(r"/[!-~]{0,8191}")
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}")
+_HEADER_VALUE = re.compile(r"[\t -~\x80-\xff]{0,8192}")
+
+
 def _request(doc, base_dir):
     errs = []
     t = doc.get("t")
     if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
         errs.append(("t", "arrival offset in seconds (a number >= 0) is required"))
     method = doc.get("method", "POST" if ("body" in doc or "body_file" in doc) else "GET")
-    if not isinstance(method, str) or not method.isalpha() or not method.isupper():
-        errs.append(("method", "expected an HTTP method such as GET or POST"))
+    if not isinstance(method, str) or not _METHOD.fullmatch(method):
+        errs.append(("method", "expected an HTTP method such as GET or POST (A-Z, 1-16)"))
     path = doc.get("path", "/")
-    if not isinstance(path, str) or not path.startswith("/") or any(c in path for c in " \r\n"):
-        errs.append(("path", "expected a path starting with / and without spaces"))
+    if not isinstance(path, str) or not _PATH.fullmatch(path):
+        errs.append(("path", "expected a path starting with /, of visible ASCII (no spaces or "
+                             "control characters), at most 8192 characters"))
     body = None
     if "body" in doc and "body_file" in doc:
         errs.append(("body", "give body or body_file, not both"))
@@ -136,9 +147,10 @@ def _request(doc, base_dir):
         errs.append(("expect_bytes", "expected a whole number of bytes >= 0"))
     headers = doc.get("headers", {})
     if not isinstance(headers, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) and "\n" not in k + v
-            for k, v in headers.items()):
-        errs.append(("headers", "expected an object of string header values"))
+            isinstance(k, str) and isinstance(v, str) and _HEADER_NAME.fullmatch(k)
+            and _HEADER_VALUE.fullmatch(v) for k, v in headers.items()):
+        errs.append(("headers", "expected an object of header names (RFC 9110 tokens) and "
+                                "values without CR, LF or other control characters"))
     req = {"t": float(t) if not errs else 0.0, "method": method, "path": path, "body": body,
            "headers": headers if isinstance(headers, dict) else {}, "expect_bytes": expect}
     return req, errs

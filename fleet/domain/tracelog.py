@@ -47,6 +47,22 @@ class LogRequest:
     body: Any = None
 
 
+# The replay client's grammar (fleet/bench/replay.py, shipped whole, keeps its own copy): what
+# goes into a trace goes onto the wire, so a method or path with a CR, LF, space or other
+# control character (request smuggling into the service under test) is refused here, by line.
+_METHOD = re.compile(r"[A-Z]{1,16}")
+_PATH = re.compile(r"/[!-~]{0,8191}")
+
+
+def _bad_request(method: str, path: str) -> Bad | None:
+    if not _METHOD.fullmatch(method):
+        return "method", f"{method[:40]!r} is not an HTTP method (A-Z, 1-16 letters)"
+    if not _PATH.fullmatch(path):
+        return "path", (f"{path[:60]!r} is not a request path: it must start with / and be "
+                        "visible ASCII (no spaces or control characters), at most 8192 long")
+    return None
+
+
 def _parse_request_line(text: str) -> tuple[str, str] | None:
     parts = text.split()
     if len(parts) >= 2 and parts[0].isalpha() and parts[1].startswith("/"):
@@ -90,6 +106,9 @@ def parse_nginx(line_no: int, text: str) -> LogRequest | Bad:
     why = _bad_status(status)
     if why:
         return "status", why
+    bad = _bad_request(req[0], req[1])
+    if bad:
+        return bad
     return LogRequest(line_no, end - rt, req[0], req[1], status,
                       None if m["bytes"] == "-" else int(m["bytes"]))
 
@@ -148,8 +167,13 @@ def parse_json_line(line_no: int, text: str) -> LogRequest | Bad:
     why = _bad_status(status)
     if why:
         return "status", why
-    return LogRequest(line_no, start - dur, str(method or "GET").upper(),
-                      path.split(" ")[0], status, size, doc.get("body"))
+    if method is not None and not isinstance(method, str):
+        return "method", f"{method!r} is not an HTTP method"
+    verb, target = (method or "GET").upper(), path.split(" ")[0]
+    bad = _bad_request(verb, target)
+    if bad:
+        return bad
+    return LogRequest(line_no, start - dur, verb, target, status, size, doc.get("body"))
 
 
 def detect_format(first_line: str) -> str:
