@@ -17,7 +17,8 @@ from fleet.history import list_hosts, open_history
 
 def capture(folder: Path, file: str, hostname: str | None) -> Path:
     doc = {"schema": 1, "source": "nvml", "versions": {"driver_library": "580.95.05"},
-           "gpu_count": 1, "gpus": [{"index": 0, "ecc_aggregate_uncorrected": 0}]}
+           "gpu_count": 1, "gpus": [{"index": 0, "ecc_aggregate_uncorrected": 0}],
+           "collected_at": "2026-11-30T08:00:00Z"}  # as every probe document says
     if hostname is not None:
         doc["identity"] = {"hostname": hostname}
     path = folder / file
