@@ -285,6 +285,9 @@ def _drain_for_change(scheduler: Scheduler, history: History, matrix: Matrix,
             record_event(history, f"{kind}.drain.stop", host, msg,
                          {"jobs": jobs, "action": action}, actor=actor, at=now())
 
+        # drained by fleet before this drain (a rollout's host mid-change): never undrained here
+        had = {h for h in hosts if (st := scheduler.state(h)).by_fleet
+               and st.state in ("drained", "draining", "down")}
         views = drain_hosts(wait, hosts, on_stop=stopped)
         for h in hosts:
             v, res = views[h], results[h]
@@ -299,7 +302,7 @@ def _drain_for_change(scheduler: Scheduler, history: History, matrix: Matrix,
                 res.outcome = "failed"
                 res.error = _not_changed(v, settings)
                 st = scheduler.state(h)
-                if st.by_fleet and st.state in ("drained", "draining"):
+                if st.by_fleet and st.state in ("drained", "draining") and h not in had:
                     scheduler.undrain(h)  # untouched: back into service
                 elif st.by_fleet:  # unknown: never undrained on a guess
                     res.left_drained = True

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import datetime
 from typing import Any, cast
 
@@ -152,11 +152,12 @@ class EngineCore:
                         pid_alive=self.pid_alive)
         self.rid = rollout_id
         if verb is not None:
-            self._write([], events=[EventRow(kind, subject_of(rollout_id),
-                                             f"rollout {rollout_id} {verb} by {self.owner} "
-                                             f"(pid {self.pid}; lock was {was})",
-                                             {"lock_was": was, "status": ro.status})],
-                        label=verb)
+            with suppress(_AbortRequested):  # resuming an abort: the run loop carries it out
+                self._write([], events=[EventRow(kind, subject_of(rollout_id),
+                                                 f"rollout {rollout_id} {verb} by {self.owner} "
+                                                 f"(pid {self.pid}; lock was {was})",
+                                                 {"lock_was": was, "status": ro.status})],
+                            label=verb)
 
     def _load(self) -> None:
         assert self.rid is not None

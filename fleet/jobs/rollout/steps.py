@@ -23,6 +23,9 @@ from fleet.jobs.drain import DrainWait, drain_hosts
 from fleet.jobs.rollout.core import EngineCore
 from fleet.jobs.rollout.model import _UNLOCK, _is_failure, _moved, _Stop
 
+UNKNOWN_TRIES = 3
+"""Reads of a host's state before fleet gives up on an undrain (a flaky `scontrol`)."""
+
 
 class WaveSteps(EngineCore):
     """Drain, apply, reboot, verify, health gate, bake, repair and undrain (see the package doc)."""
@@ -398,6 +401,13 @@ class WaveSteps(EngineCore):
             r.detail = {**r.detail, "quarantined": True}
             return None
         a = self.scheduler.state(r.host)
+        for _ in range(UNKNOWN_TRIES - 1):  # one failed read must not leave it drained
+            if a.state != "unknown":
+                break
+            self.sleep(self._settings(r.pool).drain.poll_seconds)
+            a = self.scheduler.state(r.host)
+        if a.state == "unknown":  # never undrained on a guess: left drained, said why
+            return f"state unreadable, left drained: {a.reason or 'unknown'}"
         if a.state not in ("drained", "draining", "down") or not a.by_fleet:
             return None  # not drained, or drained by someone else since: leave it
         res = self.scheduler.undrain(r.host)

@@ -318,3 +318,43 @@ def test_reboots_through_slurm_keep_the_node_drained_until_verified(env, lab_pat
     ev = subprocess.run(["scontrol", "show", "node", "h2"], env=env, capture_output=True,
                         text=True, timeout=30).stdout
     assert "REBOOT" not in ev
+
+
+def test_a_resumed_rollout_never_reboots_a_job_started_after_a_forced_rollback(
+        env, lab_paths, tmp_path) -> None:  # noqa: ANN001
+    """Issue 29, defect 3 on the real Slurm: the controller dies after pinning h2 (not yet
+    rebooted); `fleet rollback --force` puts h2 back and lifts fleet's drain; a job starts on
+    it; the resumed rollout drains h2 again and waits for the job (here: pauses on the drain
+    timeout) instead of rebooting it under the job."""
+    from tests.unit.rollout.helpers import fleet_killed_at
+
+    env = {**env, "FLEET_MATRIX": str(write_matrix(tmp_path / "short.yaml", benchmark=False,
+                                                   timeout_minutes=0.2))}
+    killed = subprocess.run(fleet_killed_at("wave1:apply:end", "rollout", "start", "--pool",
+                                            "h100", "--release", "r595-cuda13.2"),
+                            env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    rc, status = fleet(env, "rollout", "status", "--hosts")
+    rid = status["id"]
+    moved = [h["host"] for h in status["host_steps"] if h["state"] == "applying"]
+    assert len(moved) == 1, status
+    host = moved[0]
+    assert "DRAIN" in show_node(env, host)["State"]
+    rc, doc = fleet(env, "rollback", "-l", host, "--to", "r580-cuda13.0", "--reason",
+                    "INC-29 lab", "--yes", "--force")
+    assert rc == 0, doc
+    assert "DRAIN" not in show_node(env, host)["State"], show_node(env, host)
+    job = sbatch(env, host, 600)
+    first = {host: boot_id(lab_paths, host)}
+    with Watch(env, lab_paths, {host: job}) as watch:
+        rc, doc = fleet(env, "rollout", "resume", str(rid), "--force")
+    assert doc["status"] == "paused", doc
+    assert job in doc["reason"], doc["reason"]
+    assert watch.reboots_while_running(first) == []
+    assert boot_id(lab_paths, host) == first[host]  # not rebooted at all
+    assert job_state(env, job) == "RUNNING"  # and the job untouched
+    node = show_node(env, host)
+    assert "DRAIN" in node["State"] and node["Reason"].startswith("fleet:"), node
+    rc, out = fleet(env, "rollout", "abort", str(rid), "--reason", "test done")
+    assert out["status"] == "aborted", out
+    assert job_state(env, job) == "RUNNING"

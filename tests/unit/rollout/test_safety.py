@@ -362,3 +362,78 @@ def test_thread_ticker_beats_until_stopped() -> None:
     assert seen >= 3
     time.sleep(0.05)
     assert len(ticks) == seen  # stopped means stopped
+
+
+# ------------------------------------------ found by the random runs (test_random_invariants)
+def test_one_unreadable_state_does_not_leave_a_host_drained(matrix: Matrix,
+                                                            tmp_path: Path) -> None:
+    """A single failed state read right at the undrain: asked again, then undrained."""
+    rig = Rig(matrix, tmp_path, pools={"h100-canary": 3})
+    first = _names(rig)[0]
+    sched = rig.fleet.scheduler()
+    flaky = {"on": False}
+
+    class Flaky(Wrap):
+        def state(self, host: str) -> AdminState:
+            if host == first and flaky["on"]:
+                flaky["on"] = False
+                return AdminState("unknown", "scontrol: Unable to contact slurm controller")
+            return self.inner.state(host)
+
+    def checkpoint(label: str) -> None:
+        if label == "wave1:undrain:begin":
+            flaky["on"] = True
+
+    eng = RolloutEngine(rig.fleet, Flaky(sched), rig.history, rig.matrix, now=rig.clock,
+                        sleep=rig.clock.advance, actor="t", checkpoint=checkpoint, pid=1000,
+                        machine="box", pid_alive=lambda p: True)
+    res = rig.start(engine=eng)
+    assert res.status == "completed", res.reason
+    assert not flaky["on"]  # the read did fail once
+    assert sched.state(first).state == "available"
+    assert rig.problems(1) == []
+
+
+def test_resuming_an_interrupted_abort_finishes_it(matrix: Matrix, tmp_path: Path) -> None:
+    rig = Rig(matrix, tmp_path, pools={"h100-canary": 3})
+    rig.fleet.scheduler().start_job(_names(rig)[0], seconds=8 * 3600, job_id="5")
+    res = rig.start()
+    assert res.status == "paused"  # the job outlives the drain timeout
+
+    def checkpoint(label: str) -> None:
+        if label == "rollback:begin":
+            raise Crash(label)
+
+    with pytest.raises(Crash):
+        rig.engine(pid=1001, checkpoint=checkpoint).abort(1)
+    res = rig.engine(pid=1002, dead=True).resume(1, force=True)
+    assert res.status == "aborted", res.reason
+    assert rig.problems(1) == []
+
+
+def test_a_forced_rollback_never_undrains_a_rollout_host_mid_change(
+        matrix: Matrix, tmp_path: Path) -> None:
+    """The rollout pinned the host (not rebooted) and drains it again after a resume; a forced
+    `fleet rollback` of it gives up on the job: the rollout's drain stays, the half-changed
+    host is not put back into service."""
+    rig = Rig(matrix, tmp_path, pools={"h100-canary": 3})
+    host = _names(rig)[0]
+    sched = rig.fleet.scheduler()
+
+    def checkpoint(label: str) -> None:
+        if label == "wave1:apply:end":
+            raise Crash(label)
+
+    with pytest.raises(Crash):
+        rig.start(engine=rig.engine(checkpoint=checkpoint))
+    sched.undrain(host)
+    sched.start_job(host, seconds=8 * 3600, job_id="4242")
+    assert rig.engine(pid=1001, dead=True).resume(1, force=True).status == "paused"
+    old = rig.fleet.state(host)["initial"]
+    assert rig.fleet.installed_release(host) != rig.fleet.loaded_release(host)  # mid-change
+    out = pin_hosts(rig.fleet, rig.history, rig.matrix, {host: rig.matrix.release(old)},
+                    now=rig.clock, kind="rollback", force=True, reason="INC-2", actor="oncall",
+                    scheduler=sched, sleep=rig.clock.advance)
+    assert out[0].outcome == "failed", out[0]
+    a = sched.state(host)
+    assert a.state == "draining" and a.by_fleet, a
