@@ -11,8 +11,9 @@ Operator actions, each with a small chance at every step boundary: drain a host 
 drain, e.g. NHC), cordon it (in the simulation the same thing: not fleet's drain), resume a
 drained host whoever drained it, start a job on a host in service, make the next state read of
 a host fail (unknown), heal a hung host, force a `fleet rollback` of one host (preempts the
-controller), kill the controller (resumed with --force). A paused rollout is promoted or aborted
-after some hours. Each run is seeded; `FLEET_RANDOM_RUNS` sets how many per case (default 4).
+controller), kill the controller (resumed with --force). A paused rollout goes on or is aborted
+after some hours (promoted when a gate was inconclusive, else it keeps waiting). Each run is
+seeded; `FLEET_RANDOM_RUNS` sets how many per case (default 4).
 """
 
 from __future__ import annotations
@@ -213,8 +214,11 @@ class Run:
             try:
                 if nxt == "start":
                     self.rig.start(engine=self.engine())
-                elif nxt == "promote":
-                    self.engine().promote(rid, force=True)
+                elif nxt == "go on":  # promote an inconclusive gate, else keep waiting
+                    try:
+                        self.engine().promote(rid, force=True)
+                    except CouldNotComplete:
+                        self.engine().keep_waiting(rid, force=True)
                 elif nxt == "abort":
                     self.engine().abort(rid, force=True)
                 else:
@@ -230,7 +234,7 @@ class Run:
             nxt = "resume"
             if ro.status == "paused" and ro.lock_owner is None:
                 self.rig.clock.advance(self.rng.uniform(1, 12) * 3600)
-                nxt = "promote" if self.rng.random() < 0.7 else "abort"
+                nxt = "go on" if self.rng.random() < 0.7 else "abort"
                 self.did.append(nxt)
         raise AssertionError(f"rollout did not end: {self.did}")
 
