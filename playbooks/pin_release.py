@@ -5,15 +5,17 @@
 
 Without `release`, each host gets its pool's golden release (`pool` host data). `fleet apply` runs
 the same operation through pyinfra's Python API and adds refusals, verification and history.
+A reboot goes through the pre-reboot gate (`fleet.remote.reboot_op.gated_reboot`): a host whose
+next-boot kernel cannot load the release's module fails with the reason and is not rebooted.
 Run from the project root, or with the package installed, so `fleet` imports.
 """
 
 from pyinfra import host
-from pyinfra.operations import server
 
 from fleet.domain.matrix.loader import load_matrix
 from fleet.remote.facts import OsFamily
 from fleet.remote.operations import current_plan, pin_release
+from fleet.remote.reboot_op import gated_reboot
 
 _matrix = load_matrix(host.data.get("matrix") or "matrices/example.yaml").matrix
 _name = host.data.get("release") or _matrix.golden_name(host.data.get("pool") or "")
@@ -23,6 +25,7 @@ _packages = [(p.name, p.version, p.component) for p in _release.packages(_family
 
 _reboot = current_plan(_packages).reboot_required
 pin_release(name=f"Pin release {_release.name}", release=_release.name, packages=_packages)
-if _reboot:
-    server.reboot(name="Reboot: the kernel module changed", delay=2, interval=1,
-                  reboot_timeout=300)
+if _reboot:  # only through the pre-reboot gate: the next-boot kernel must load the module
+    gated_reboot(name="Reboot: the kernel module changed (pre-reboot gate first)",
+                 driver=_release.driver.version, flavor=_release.driver.flavor,
+                 delay=2, interval=1, reboot_timeout=300)

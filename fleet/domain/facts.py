@@ -15,7 +15,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
+
+from fleet.domain.boot_facts import BootFacts
+from fleet.domain.fact_base import FactsModel
 
 FactsSource = Literal[
     "nvml", "nvidia-smi", "nvidia-smi-xml", "nvidia-smi-q", "nvidia-smi-csv", "none"
@@ -23,31 +26,7 @@ FactsSource = Literal[
 EventKind = Literal["xid", "aer", "fallen_off_bus"]
 
 
-def _is_error(value: Any) -> bool:
-    return isinstance(value, dict) and "error" in value and set(value) <= {"error", "detail"}
-
-
-class _Facts(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    unreadable: dict[str, str] = Field(default_factory=dict)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _lift_errors(cls, data: Any) -> Any:
-        if not isinstance(data, dict):
-            return data
-        data = dict(data)
-        reasons: dict[str, str] = dict(data.get("unreadable") or {})
-        for key, value in list(data.items()):
-            if key != "unreadable" and _is_error(value):
-                reason = str(value["error"])
-                if value.get("detail"):
-                    reason += f": {value['detail']}"
-                reasons[key] = reason
-                data[key] = None
-        data["unreadable"] = reasons
-        return data
+_Facts = FactsModel
 
 
 class HostIdentity(_Facts):
@@ -309,6 +288,8 @@ class HostFacts(_Facts):
     device_nodes: list[DeviceNode] | None = None
     container_runtime: ContainerRuntime | None = None
     frameworks: list[FrameworkProbe] | None = None
+    boot: BootFacts | None = None
+    """The next-boot kernel, its nvidia module, Secure Boot (the pre-reboot gate's facts)."""
     probe_cpu_ms: float | None = None
     pci_gpus: list[PciGpu] | None = None
     upgrade_guard: UpgradeGuard | None = None

@@ -21,6 +21,7 @@ from typing import Any, Generic, Literal, Protocol, TypeVar, runtime_checkable
 from fleet.domain.facts import HostFacts
 from fleet.domain.matrix.models import Release
 from fleet.domain.pinning import PinPlan
+from fleet.domain.reboot_gate import RebootPass
 
 T = TypeVar("T")
 
@@ -84,7 +85,10 @@ class Backend(Protocol):
         """Pin `release` (idempotent: `changed` is False on a host already on it)."""
         ...
 
-    def reboot(self, hosts: Sequence[str]) -> dict[str, HostResult[None]]: ...
+    def reboot(self, hosts: Sequence[str], *, gate: RebootPass) -> dict[str, HostResult[None]]:
+        """Reboot hosts the pre-reboot gate passed (`gate` covers them, else it raises
+        `RebootNotGated`); only `fleet.jobs.reboot_gate.gated_reboot` makes a pass."""
+        ...
 
     def benchmark(self, hosts: Sequence[str], suite: str,
                   params: Mapping[str, Any] | None = None) -> dict[str, HostResult[Samples]]: ...
@@ -143,8 +147,8 @@ class NodeReboot(Protocol):
     """A scheduler that reboots its nodes itself (`rollout.reboot: slurm`): `scontrol reboot`,
     which runs the cluster's RebootProgram and knows when the node is back."""
 
-    def reboot_nodes(self, hosts: Sequence[str], reason: str, *, timeout_s: float
-                     ) -> dict[str, HostResult[None]]: ...
+    def reboot_nodes(self, hosts: Sequence[str], reason: str, *, timeout_s: float,
+                     gate: RebootPass) -> dict[str, HostResult[None]]: ...
 
 
 @runtime_checkable

@@ -30,6 +30,7 @@ from fleet.domain.pinning import Change, release_of
 from fleet.domain.ports import Backend, HostRef, Scheduler
 from fleet.history import History, list_events, record_event
 from fleet.jobs.drain import DrainWait, drain_hosts
+from fleet.jobs.reboot_gate import gated_reboot
 from fleet.jobs.record import record_snapshot
 
 Outcome = Literal["unchanged", "would_change", "changed", "failed", "unreachable", "refused"]
@@ -222,10 +223,13 @@ def pin_hosts(
                 rebooting.append(name)
         if rebooting:
             say(",".join(rebooting), "rebooting (kernel module changed)")
-            for name, booted in backend.reboot(rebooting).items():
+            gated = gated_reboot(backend, {n: release for n in rebooting})
+            for name, booted in gated.results.items():
                 results[name].rebooted = booted.ok
                 if not booted.ok:
                     results[name].outcome, results[name].error = "failed", booted.error
+                if name in gated.refused:  # not rebooted: the gate's finding says why
+                    results[name].findings = [gated.refused[name]]
         verify = [n for n in names if results[n].outcome == "would_change"]
         if verify:
             say(",".join(verify), "verifying")

@@ -317,6 +317,7 @@ def _golden_everywhere(target: LabTarget, matrix: Matrix, reused: bool,
 
     def prologue(history: History) -> None:
         from fleet.jobs.apply import pin_hosts
+        from fleet.jobs.reboot_gate import gated_reboot
         from fleet.lab import lab
 
         names = [r.name for r in target.backend.hosts()]
@@ -324,7 +325,7 @@ def _golden_everywhere(target: LabTarget, matrix: Matrix, reused: bool,
             say("resetting the lab's hosts")
             for n in names:
                 lab.reset(target.paths, n)
-            target.backend.reboot(names)
+            gated_reboot(target.backend, dict.fromkeys(names))  # the module loaded now
         golden = next(r for r in matrix.releases if r.name == D.GOLDEN)
         say(f"pinning {D.GOLDEN} on every lab host")
         target.at(D.START - timedelta(days=1))

@@ -1840,6 +1840,364 @@ def probe_frameworks(h, python=None, timeout=30.0):
     return out
 
 
+# --------------------------------------------------------------------------------------------
+# Boot: the kernel the host boots next, its nvidia module, Secure Boot (the pre-reboot gate's
+# facts). Pure parsers first, then the readers. Nothing here knows the target driver: the
+# controller judges (fleet.domain.reboot_gate).
+# --------------------------------------------------------------------------------------------
+MAX_KERNELS = 8
+"""Installed kernels inspected with modinfo (newest first): each costs one short command."""
+SB_EFIVAR = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-e0a9f67e4d5c"
+MODPROBE_DIRS = ("/etc/modprobe.d", "/run/modprobe.d", "/usr/lib/modprobe.d", "/lib/modprobe.d")
+_KVER_KEY = re.compile(r"(\d+|\D+)")
+
+
+def kernel_sort_key(version):
+    """Natural order of kernel release strings: 6.8.0-100-generic after 6.8.0-49-generic."""
+    return [(0, int(p), "") if p.isdigit() else (1, 0, p) for p in _KVER_KEY.findall(version)]
+
+
+def parse_grubenv(text):
+    """A GRUB environment block (`grub-editenv list` output or the file itself) -> dict.
+    Lines are NAME=VALUE; the block is padded with '#'."""
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        k, v = line.split("=", 1)
+        out[k.strip()] = v
+    return out
+
+
+def parse_default_grub(text):
+    """GRUB_DEFAULT from /etc/default/grub (a shell fragment); None when not set."""
+    value = None
+    for line in text.splitlines():
+        m = re.match(r"\s*GRUB_DEFAULT=(.*)$", line)
+        if m:
+            v = m.group(1).strip()
+            v = re.sub(r"\s+#.*$", "", v)
+            if len(v) >= 2 and v[0] == v[-1] and v[0] in "\"'":
+                v = v[1:-1]
+            value = v
+    return value
+
+
+def kernel_in_entry(entry, kernels):
+    """The installed kernel a GRUB entry (menu id, title, BLS id, path) names, or None.
+    Longest version first, so 6.8.0-49-generic is not taken for 6.8.0-4."""
+    for k in sorted(kernels, key=len, reverse=True):
+        if re.search(r"(?<![0-9A-Za-z.])" + re.escape(k) + r"(?![0-9A-Za-z])", entry):
+            return k
+    return None
+
+
+def resolve_next_kernel(kernels, grubenv=None, grub_default=None, grubby=None):
+    """(kernel, source, detail) for the next boot, or (err, source, detail).
+
+    EL: `grubby --default-kernel` ("/boot/vmlinuz-KVER") is authoritative when it answered.
+    GRUB: GRUB_DEFAULT=saved means grubenv's next_entry (one boot, `grub-reboot`) else
+    saved_entry; a numeric 0 (GRUB's default) is the first menu entry, which grub-mkconfig makes
+    the newest kernel; a title or id names its kernel. Else the newest installed kernel."""
+    if not kernels:
+        return err("no_kernels", "no /boot/vmlinuz-* and no /lib/modules/*/vmlinuz"), "none", None
+    newest = max(kernels, key=kernel_sort_key)
+    if grubby:
+        path = grubby.strip().splitlines()[-1].strip() if grubby.strip() else ""
+        k = kernel_in_entry(path, kernels)
+        if k:
+            return k, "grubby", path
+        return err("unresolved", f"grubby --default-kernel: {path!r}"), "grubby", path
+    if grubenv is not None or grub_default is not None:
+        env = grubenv or {}
+        dflt = "0" if grub_default in (None, "") else grub_default
+        if dflt == "saved":
+            entry = env.get("next_entry") or env.get("saved_entry") or "0"
+            source = "grubenv next_entry" if env.get("next_entry") else "grubenv saved_entry"
+        else:
+            entry, source = dflt, "GRUB_DEFAULT"
+        if entry.strip() == "0":
+            return newest, source, entry
+        k = kernel_in_entry(entry, kernels)
+        if k:
+            return k, source, entry
+        return err("unresolved", f"{source} {entry!r} names no installed kernel"), source, entry
+    return newest, "newest", None
+
+
+def parse_modinfo(text):
+    """`modinfo -k KVER nvidia` -> the fields the gate reads (None when absent).
+    Continuation lines (a multi-line `signature:`) belong to the field above."""
+    fields = {}
+    last = None
+    for line in text.splitlines():
+        if line[:1] in (" ", "\t"):
+            if last == "sig_key":
+                fields[last] += line.strip()
+            continue
+        m = re.match(r"([A-Za-z_][A-Za-z0-9_]*):\s*(.*)$", line)
+        if not m:
+            continue
+        last = m.group(1)
+        if last in fields:  # alias, parm: repeated; only single-valued fields are kept
+            continue
+        fields[last] = m.group(2).strip()
+    if "filename" not in fields:
+        return err("unparsable", (text.strip().splitlines() or [""])[0][:200])
+    lic = fields.get("license")
+    flavor = None
+    if lic:
+        flavor = "open" if "GPL" in lic or "MIT" in lic else "proprietary"
+    return {
+        "filename": fields.get("filename"),
+        "version": fields.get("version") or None,
+        "vermagic": fields.get("vermagic") or None,
+        "license": lic,
+        "flavor": flavor,
+        "signer": fields.get("signer") or None,
+        "sig_key": fields.get("sig_key") or None,
+        "sig_hashalgo": fields.get("sig_hashalgo") or None,
+    }
+
+
+_DKMS_TAIL = r"(?:,\s*(?P<k>[^,\s:]+))?(?:,\s*(?P<a>[^,\s:]+))?:\s*(?P<s>.*)$"
+_DKMS_NEW = re.compile(r"^(?P<m>[^/,\s]+)/(?P<v>[^,\s:]+)" + _DKMS_TAIL)
+_DKMS_OLD = re.compile(r"^(?P<m>[^/,\s]+),\s*(?P<v>[^,\s:]+)" + _DKMS_TAIL)
+
+
+def parse_dkms_status(text):
+    """`dkms status` (DKMS 3 "nvidia/VER, KVER, ARCH: state" and DKMS 2 "nvidia, VER, KVER,
+    ARCH: state") -> list of {module, version, kernel, arch, state}."""
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        m = _DKMS_NEW.match(line) or _DKMS_OLD.match(line)
+        if not m:
+            continue
+        out.append({"module": m.group("m"), "version": m.group("v"), "kernel": m.group("k"),
+                    "arch": m.group("a"), "state": m.group("s").strip()})
+    return out
+
+
+def parse_sb_state(text):
+    """`mokutil --sb-state` -> True / False, or err when the answer is not recognised.
+    "EFI variables are not supported on this system" is a BIOS boot: no Secure Boot."""
+    low = text.lower()
+    if "secureboot enabled" in low:
+        return True
+    if "secureboot disabled" in low or "efi variables are not supported" in low:
+        return False
+    return err("unparsable", (text.strip().splitlines() or [""])[0][:200])
+
+
+def parse_sb_efivar(data):
+    """The SecureBoot EFI variable's bytes (4 attribute bytes, then 1 value byte)."""
+    if len(data) < 5:
+        return err("unparsable", f"{len(data)} bytes")
+    return data[4] == 1
+
+
+def _hexid(text):
+    """Key ids compared the same way: hex digits only, lower case, no leading zero bytes."""
+    h = re.sub(r"[^0-9a-fA-F]", "", text or "").lower()
+    return h.lstrip("0") or ("0" if h else "")
+
+
+def parse_mok_list(text):
+    """`mokutil --list-enrolled` (an `openssl x509 -text` dump per key) -> list of
+    {sha1, serial, skid, subject_cn}; [] for "MokListRT is empty"."""
+    keys = []
+    cur = None
+    want = None
+    for raw in text.splitlines():
+        line = raw.strip()
+        if re.match(r"^\[key \d+\]$", line):
+            cur = {"sha1": None, "serial": None, "skid": None, "subject_cn": None}
+            keys.append(cur)
+            want = None
+            continue
+        if cur is None:
+            continue
+        if want and line:
+            cur[want] = _hexid(line.split()[0])
+            want = None
+            continue
+        m = re.match(r"SHA1 Fingerprint:\s*(\S+)", line)
+        if m:
+            cur["sha1"] = _hexid(m.group(1))
+            continue
+        m = re.match(r"Serial Number:\s*(.*)$", line)
+        if m:
+            rest = m.group(1).strip()
+            if not rest:
+                want = "serial"
+            else:
+                mm = re.search(r"\(0x([0-9a-fA-F]+)\)", rest)
+                cur["serial"] = _hexid(mm.group(1) if mm else rest)
+            continue
+        if line.startswith("X509v3 Subject Key Identifier"):
+            want = "skid"
+            continue
+        m = re.match(r"Subject:\s*(.*)$", line)
+        if m:
+            cn = re.search(r"CN\s*=\s*([^,/]+(?:,\s*(?![A-Za-z]+\s*=)[^,/]+)*)", m.group(1))
+            cur["subject_cn"] = cn.group(1).strip() if cn else m.group(1).strip()
+    return keys
+
+
+def parse_proc_keys(text):
+    """Asymmetric keys the running kernel holds (/proc/keys) -> list of {name, skid}."""
+    out = []
+    for line in text.splitlines():
+        parts = line.split(None, 8)
+        if len(parts) < 9 or parts[7] != "asymmetri":
+            continue
+        m = re.match(r"(.*?):\s+([0-9a-fA-F]{8,})\b", parts[8])
+        if m:
+            out.append({"name": m.group(1).strip(), "skid": _hexid(m.group(2))})
+    return out
+
+
+def parse_nouveau_blacklist(files, cmdline):
+    """(blacklisted, where) from modprobe.d files {path: text} and /proc/cmdline."""
+    where = []
+    for path in sorted(files):
+        for line in files[path].splitlines():
+            w = line.split("#", 1)[0].split()
+            if (w[:2] == ["blacklist", "nouveau"]
+                    or (w[:2] == ["install", "nouveau"] and len(w) > 2
+                        and w[2] in ("/bin/false", "/bin/true", "/usr/bin/false"))):
+                where.append(path)
+                break
+    for tok in (cmdline or "").split():
+        k, _, v = tok.partition("=")
+        if k in ("modprobe.blacklist", "rd.driver.blacklist", "module_blacklist") \
+                and "nouveau" in v.split(","):
+            where.append("/proc/cmdline")
+            break
+    return bool(where), where
+
+
+def _installed_kernels(h):
+    import glob
+
+    names = set()
+    for p in glob.glob(h.path("/boot/vmlinuz-*")):
+        names.add(os.path.basename(p)[len("vmlinuz-"):])
+    for p in (glob.glob(h.path("/lib/modules/*/vmlinuz"))
+              + glob.glob(h.path("/usr/lib/modules/*/vmlinuz"))):
+        names.add(os.path.basename(os.path.dirname(p)))
+    return sorted((n for n in names if n and not n.endswith((".old", ".bak"))), key=kernel_sort_key)
+
+
+def _kernel_module(h, kver):
+    r = h.run(["modinfo", "-k", kver, "nvidia"])
+    if is_err(r):
+        return r
+    if r[0] != 0:
+        text = (r[2] or r[1]).strip()
+        if "not found" in text:
+            return None  # no nvidia module for this kernel
+        return err("modinfo_failed", f"exit {r[0]}: {text[:200]}")
+    return parse_modinfo(r[1])
+
+
+def _read_bytes(h, p, limit=64):
+    try:
+        with open(h.path(p), "rb") as f:
+            return f.read(limit)
+    except FileNotFoundError:
+        return err("not_found", p)
+    except OSError as e:
+        return err("os_error", f"{p}: {e}")
+
+
+def probe_secure_boot(h):
+    """(state, source): mokutil --sb-state, else the EFI variable, else no EFI = off."""
+    r = h.run(["mokutil", "--sb-state"])
+    if not is_err(r):
+        state = parse_sb_state((r[1] or "") + "\n" + (r[2] or ""))
+        if not is_err(state):
+            return state, "mokutil"
+    if not os.path.isdir(h.path("/sys/firmware/efi")):
+        return False, "no-efi"
+    data = _read_bytes(h, SB_EFIVAR)
+    if is_err(data):
+        return data, "efivar"
+    return parse_sb_efivar(data), "efivar"
+
+
+def probe_boot(h, running=None):
+    """The pre-reboot gate's facts. Never raises."""
+    import glob
+
+    out = {"running_kernel": running or os.uname().release}
+    kernels = _installed_kernels(h)
+    out["installed_kernels"] = kernels
+    grubenv = None
+    for p in ("/boot/grub/grubenv", "/boot/grub2/grubenv", "/boot/efi/EFI/grub/grubenv"):
+        text = h.read(p, 4096)
+        if not is_err(text):
+            grubenv = parse_grubenv(text)
+            break
+    grub_default = None
+    dg = h.read("/etc/default/grub")
+    if not is_err(dg):
+        grub_default = parse_default_grub(dg)
+    for p in sorted(glob.glob(h.path("/etc/default/grub.d/*.cfg"))):
+        t = h.read("/etc/default/grub.d/" + os.path.basename(p))
+        if not is_err(t):
+            grub_default = parse_default_grub(t) or grub_default
+    grubby = None
+    if _which("grubby", h):
+        r = h.run(["grubby", "--default-kernel"])
+        if not is_err(r) and r[0] == 0:
+            grubby = r[1]
+    nxt, source, entry = resolve_next_kernel(kernels, grubenv, grub_default, grubby)
+    out["next_kernel"], out["next_source"], out["next_entry"] = nxt, source, entry
+    wanted = set(sorted(kernels, key=kernel_sort_key, reverse=True)[:MAX_KERNELS])
+    if isinstance(nxt, str):
+        wanted.add(nxt)
+    wanted.add(out["running_kernel"])
+    out["kernels"] = [
+        {"version": k,
+         "module": _kernel_module(h, k),
+         "headers": os.path.isdir(h.path(f"/lib/modules/{k}/build"))}
+        for k in sorted(wanted, key=kernel_sort_key)
+    ]
+    r = h.run(["dkms", "status"])
+    if is_err(r):
+        out["dkms"] = r
+    elif r[0] != 0:
+        out["dkms"] = err("dkms_failed", (r[2] or r[1]).strip()[:200])
+    else:
+        out["dkms"] = [d for d in parse_dkms_status(r[1]) if "nvidia" in d["module"]]
+    out["secure_boot"], out["secure_boot_source"] = probe_secure_boot(h)
+    if out["secure_boot"] is False:
+        out["enrolled_keys"] = []
+    else:
+        r = h.run(["mokutil", "--list-enrolled"])
+        if is_err(r):
+            out["enrolled_keys"] = r
+        elif r[0] != 0 and "is empty" not in (r[1] + r[2]):
+            out["enrolled_keys"] = err("mokutil_failed", (r[2] or r[1]).strip()[:200])
+        else:
+            out["enrolled_keys"] = parse_mok_list(r[1])
+    keys = h.read("/proc/keys")
+    out["kernel_keys"] = keys if is_err(keys) else parse_proc_keys(keys)
+    files = {}
+    for d in MODPROBE_DIRS:
+        for p in sorted(glob.glob(os.path.join(h.path(d), "*.conf"))):
+            rel = d + "/" + os.path.basename(p)
+            t = h.read(rel, 65536)
+            if not is_err(t):
+                files[rel] = t
+    cmdline = h.read("/proc/cmdline")
+    bl, where = parse_nouveau_blacklist(files, "" if is_err(cmdline) else cmdline)
+    out["nouveau_blacklisted"], out["nouveau_blacklist"] = bl, where
+    return out
+
+
 def probe(since=None, root="/", kernel_log="auto", frameworks=True):
     """Collect every fact. Never raises for a fact it cannot read."""
     t0 = time.process_time()
@@ -1888,6 +2246,7 @@ def probe(since=None, root="/", kernel_log="auto", frameworks=True):
     cr = facts["container_runtime"]
     cr["toolkit"], cr["cdi"] = probe_toolkit(h, cr["nvidia_ctk"]), probe_cdi_specs(h)
     facts["frameworks"] = probe_frameworks(h) if frameworks else []
+    facts["boot"] = probe_boot(h)
     facts["probe_cpu_ms"] = round((time.process_time() - t0) * 1000.0, 1)
     return facts
 

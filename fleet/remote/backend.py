@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # imported where used: `fleet probe` connects before it loads
     from fleet.domain.matrix.models import Release
     from fleet.domain.pinning import PinPlan
     from fleet.domain.ports import HostRef, HostResult, Samples
+    from fleet.domain.reboot_gate import RebootPass
 
 Cursors = Mapping[str, str | None]
 
@@ -215,10 +216,14 @@ class SshBackend:
                 res.ok, res.error = False, outcome.error or "apply failed"
         return out
 
-    def reboot(self, hosts: Sequence[str]) -> dict[str, HostResult[None]]:
+    def reboot(self, hosts: Sequence[str], *, gate: RebootPass) -> dict[str, HostResult[None]]:
+        """Only hosts the pre-reboot gate passed (`fleet.jobs.reboot_gate.gated_reboot`)."""
         from pyinfra.operations import server
 
         from fleet.domain.ports import HostResult
+        from fleet.domain.reboot_gate import require_pass
+
+        require_pass(gate, hosts)
 
         start = time.monotonic()
         with self._connect(hosts) as conn:

@@ -35,6 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from fleet.domain.ports import AdminState, HostResult, StopAction
+from fleet.domain.reboot_gate import RebootPass, require_pass
 from fleet.schedulers.runner import (
     Runner,
     check_node_name,
@@ -324,14 +325,16 @@ class SlurmScheduler:
                                            f"{tail(err or out)}")
         return HostResult(host, ids, changed=True)
 
-    def reboot_nodes(self, hosts: Sequence[str], reason: str, *, timeout_s: float
-                     ) -> dict[str, HostResult[None]]:
-        """`scontrol reboot` (the cluster's RebootProgram) on every node, then wait until each
+    def reboot_nodes(self, hosts: Sequence[str], reason: str, *, timeout_s: float,
+                     gate: RebootPass) -> dict[str, HostResult[None]]:
+        """Only nodes the pre-reboot gate passed (`gate`, from `fleet.jobs.reboot_gate`).
+        `scontrol reboot` (the cluster's RebootProgram) on every node, then wait until each
         registers with a new boot time and no reboot flag. Only nodes fleet drained (and
         emptied): a plain reboot of a drained node keeps the drain and fleet's reason (with
         " : reboot issued" appended), so the node stays out of service until fleet has verified
         it. Never `ASAP` here: its default next state is RESUME, which would put the node back
         in service before verification (and clears anyone's drain)."""
+        require_pass(gate, hosts)
         out: dict[str, HostResult[None]] = {}
         before: dict[str, str | None] = {}
         for host in hosts:

@@ -110,6 +110,43 @@ def _gpu(profile: GpuProfile, seed: int, host: str, host_index: int, i: int, *,
     }
 
 
+KERNELS = {"debian": ("5.15.0-119-generic", "5.15.0-122-generic"),
+           "rhel": ("5.14.0-427.13.1.el9_4.x86_64", "5.14.0-503.11.1.el9_5.x86_64")}
+"""Per OS family: the kernel the hosts run, and the newer one `kernel_without_module` installs."""
+
+
+def boot_facts(os_family: str, driver: str | None, flavor: str | None = "open", *,
+               new_kernel: bool = False, booted_new: bool = False,
+               secure_boot: bool = False) -> dict[str, Any]:
+    """The probe's `boot` section: the default entry is the running kernel (with the installed
+    `driver`'s DKMS module, unsigned), or, with `new_kernel`, a newer kernel without headers or
+    module. Also the test doubles' healthy boot facts."""
+    old, new = KERNELS["rhel" if os_family == "rhel" else "debian"]
+    running = new if booted_new else old
+    kernels = [old, new] if new_kernel else [old]
+
+    def mod(k: str) -> dict[str, Any] | None:
+        if driver is None or k == new:
+            return None
+        return {"filename": f"/lib/modules/{k}/updates/dkms/nvidia.ko",
+                "version": driver, "vermagic": f"{k} SMP mod_unload modversions",
+                "license": "Dual MIT/GPL" if flavor == "open" else "NVIDIA",
+                "flavor": flavor, "signer": None, "sig_key": None,
+                "sig_hashalgo": None}
+    return {
+        "running_kernel": running, "installed_kernels": kernels,
+        "next_kernel": kernels[-1],
+        "next_source": "grubby" if os_family == "rhel" else "grubenv saved_entry",
+        "next_entry": None,
+        "kernels": [{"version": k, "module": mod(k), "headers": k != new} for k in kernels],
+        "dkms": [{"module": "nvidia", "version": driver, "kernel": old,
+                  "arch": "x86_64", "state": "installed"}] if driver is not None else [],
+        "secure_boot": secure_boot, "secure_boot_source": "mokutil",
+        "enrolled_keys": [], "kernel_keys": [],
+        "nouveau_blacklisted": True, "nouveau_blacklist": ["/etc/modprobe.d/nvidia.conf"],
+    }
+
+
 def host_facts(
     *,
     seed: int,
@@ -131,6 +168,7 @@ def host_facts(
     ecc_gpu: int,
     ecc_volatile: int,
     ecc_aggregate: int,
+    boot: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One probe document. `userspace` is the release whose packages are installed, `loaded` the
     one whose kernel module is loaded; they differ between an apply and the reboot after it."""
@@ -244,6 +282,8 @@ def host_facts(
     }
     facts["frameworks"] = []
     facts["upgrade_guard"] = upgrade_guard(userspace, os_family)
+    if boot is not None:
+        facts["boot"] = boot
     facts["probe_cpu_ms"] = 0.0
     return facts
 

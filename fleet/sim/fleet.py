@@ -28,6 +28,7 @@ from fleet.domain.facts import HostFacts
 from fleet.domain.matrix.models import Matrix, Release
 from fleet.domain.pinning import PREFERENCES_PATH, UNATTENDED_PATH, PinPlan, plan_pin
 from fleet.domain.ports import HostRef, HostResult, Samples
+from fleet.domain.reboot_gate import RebootPass, require_pass
 from fleet.errors import BadInput
 from fleet.sim import facts as F
 from fleet.sim.host import SimHost, bench_samples, profile_for, split_pools, start_release
@@ -354,7 +355,16 @@ class SimFleet:
             since=since, lost_gpu=gpu if 79 in xids else None,
             dbe_gpu=gpu if 48 in xids else None, ecc_gpu=gpu,
             ecc_volatile=h.ecc_vol, ecc_aggregate=h.ecc_agg,
+            boot=F.boot_facts(h.os_family, *self._module_of(h.pkg),
+                              new_kernel=h.faults.kernel_without_module,
+                              booted_new=h.booted_new,
+                              secure_boot=h.faults.secure_boot_unsigned),
         )
+
+    def _module_of(self, release: str | None) -> tuple[str | None, str | None]:
+        """The driver version and flavor whose module the installed packages built."""
+        rel = self._release(release)
+        return (rel.driver.version, rel.driver.flavor) if rel is not None else (None, None)
 
     def _installed(self, h: SimHost) -> list[tuple[str, str, bool]]:
         installed, held = self._packages(h)
@@ -398,7 +408,8 @@ class SimFleet:
             out[name] = HostResult(name, plan, changed=True, seconds=self.latency.apply)
         return out
 
-    def reboot(self, hosts: Sequence[str]) -> dict[str, HostResult[None]]:
+    def reboot(self, hosts: Sequence[str], *, gate: RebootPass) -> dict[str, HostResult[None]]:
+        require_pass(gate, hosts)
         out: dict[str, HostResult[None]] = {}
         now = self.clock()
         for name in hosts:
@@ -418,7 +429,11 @@ class SimFleet:
             h.boot_at = now
             h.probes_boot = 0
             h.ecc_vol = 0
-            h.loaded = h.pkg
+            # the default entry boots; a kernel without the module (or an unsigned module
+            # under Secure Boot) comes up without the driver: no GPUs
+            h.booted_new = h.booted_new or h.faults.kernel_without_module
+            lost = h.booted_new or h.faults.secure_boot_unsigned
+            h.loaded = None if lost else h.pkg
             h.log = self._boot_log(h, now)
             out[name] = HostResult(name, None, changed=True, seconds=self.latency.reboot)
         return out

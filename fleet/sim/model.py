@@ -107,6 +107,10 @@ class HostFaults:
     - ecc_rising: corrected ECC errors each probe adds on one GPU (volatile since boot, aggregate
       for the GPU's life), from when it is set: raise it week by week for a rising trend.
     - reboot_hangs: a reboot never comes back; the host is unreachable from then on.
+    - kernel_without_module: a newer kernel is the default boot entry and has no nvidia module
+      (its headers are missing, so no driver install builds one): the pre-reboot gate refuses,
+      and a host booted into it anyway has no GPUs.
+    - secure_boot_unsigned: Secure Boot is on and the nvidia module is unsigned.
     """
 
     apply_fail: bool = False
@@ -115,6 +119,8 @@ class HostFaults:
     slow_factor: float | None = None
     ecc_rising: int = 0
     reboot_hangs: bool = False
+    kernel_without_module: bool = False
+    secure_boot_unsigned: bool = False
 
     @property
     def healthy(self) -> bool:
@@ -162,10 +168,13 @@ class FaultSpec(_Spec):
     slow_factor: float | None = Field(default=None, gt=0, le=2)
     ecc_rising: int = Field(default=0, ge=0)
     reboot_hangs: bool = False
+    kernel_without_module: bool = False
+    secure_boot_unsigned: bool = False
 
     def faults(self) -> HostFaults:
         return HostFaults(self.apply_fail, self.unreachable, tuple(self.xid_after_upgrade),
-                          self.slow_factor, self.ecc_rising, self.reboot_hangs)
+                          self.slow_factor, self.ecc_rising, self.reboot_hangs,
+                          self.kernel_without_module, self.secure_boot_unsigned)
 
 
 PERF_MIN, PERF_MAX = 0.01, 100.0

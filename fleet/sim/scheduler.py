@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from fleet.domain.ports import AdminState, HostResult, StopAction
+from fleet.domain.reboot_gate import RebootPass, require_pass
 from fleet.sim.model import SimClock
 
 MARKER = "fleet:"
@@ -136,10 +137,11 @@ class SimScheduler:
             return HostResult(host, None, changed=changed, seconds=left)
         return HostResult(host, None, changed=changed)
 
-    def reboot_nodes(self, hosts: Sequence[str], reason: str, *, timeout_s: float
-                     ) -> dict[str, HostResult[None]]:
-        """`scontrol reboot` in the simulation: only nodes fleet drained; the fleet reboots
-        them (a hung reboot stays hung)."""
+    def reboot_nodes(self, hosts: Sequence[str], reason: str, *, timeout_s: float,
+                     gate: RebootPass) -> dict[str, HostResult[None]]:
+        """`scontrol reboot` in the simulation: only nodes fleet drained and the pre-reboot
+        gate passed; the fleet reboots them (a hung reboot stays hung)."""
+        require_pass(gate, hosts)
         out: dict[str, HostResult[None]] = {}
         mine = []
         for h in hosts:
@@ -150,7 +152,7 @@ class SimScheduler:
             else:
                 mine.append(h)
         if mine and self.fleet is not None:
-            out.update(self.fleet.reboot(mine))
+            out.update(self.fleet.reboot(mine, gate=gate))
         return out
 
     def undrain(self, host: str) -> HostResult[None]:

@@ -37,7 +37,7 @@ def fleet_state(fleet: SimFleet) -> dict[str, Any]:
             "benches": h.benches, "ecc_agg": h.ecc_agg, "ecc_vol": h.ecc_vol,
             "faults": {k: (list(v) if isinstance(v, tuple) else v)
                        for k, v in h.faults.as_dict().items()},
-            "hung": h.hung, "log": list(h.log),
+            "hung": h.hung, "log": list(h.log), "booted_new": h.booted_new,
             **({"drift": {k: [v, held] for k, (v, held) in sorted(h.drift.items())}}
                if h.drift else {}),
         })
@@ -120,6 +120,7 @@ def fleet_from_state(doc: dict[str, Any], matrix: Matrix) -> SimFleet:
         h.ecc_agg = int(d.get("ecc_agg", rate * h.probes))
         h.ecc_vol = int(d.get("ecc_vol", rate * h.probes_boot))
         h.hung, h.log = bool(d["hung"]), list(d["log"])
+        h.booted_new = bool(d.get("booted_new", False))
         h.drift = {k: (v[0], bool(v[1])) for k, v in (d.get("drift") or {}).items()}
         hosts.append(h)
     clock = SimClock(datetime.fromisoformat(doc["now"])) if doc.get("now") else None

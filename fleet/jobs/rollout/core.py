@@ -14,7 +14,7 @@ from fleet.domain.checks import Finding, Severity
 from fleet.domain.gates import (
     count_states,
 )
-from fleet.domain.matrix.models import Matrix, RolloutSettings
+from fleet.domain.matrix.models import Matrix, Release, RolloutSettings
 from fleet.domain.ports import Backend, HostRef, HostResult, NodeReboot, Scheduler
 from fleet.errors import BadInput, CouldNotComplete
 from fleet.history import History, os_actor
@@ -32,6 +32,7 @@ from fleet.history.rollouts import (
     write_steps,
 )
 from fleet.jobs.apply import health_findings
+from fleet.jobs.reboot_gate import gated_reboot
 from fleet.jobs.record import snapshot_row
 from fleet.jobs.rollout.fence import Fenced, guard_for
 from fleet.jobs.rollout.heartbeat import ThreadTicker, Ticker, beat_interval
@@ -290,13 +291,15 @@ class EngineCore:
 
     # ------------------------------------------------------------------------ reboots
     def _reboot_now(self, pool: str, hosts: Sequence[str], why: str,
-                    ) -> dict[str, HostResult[None]]:
+                    release: Release | None = None) -> dict[str, HostResult[None]]:
         """The one place a rollout reboots hosts, its forward steps and its rollbacks alike.
 
         Right before, the scheduler is asked once more: a host that does not read drained by
-        fleet with nothing on it is not rebooted (its result says why). Then over SSH, or
-        through the workload manager when the pool says `reboot: slurm` (its RebootProgram,
-        and it knows when the node is back): a rollback follows the pool's setting too."""
+        fleet with nothing on it is not rebooted (its result says why). Then the pre-reboot
+        gate (`fleet.jobs.reboot_gate`): a host whose next-boot kernel cannot load `release`'s
+        module is refused, not rebooted. Then over SSH, or through the workload manager when
+        the pool says `reboot: slurm` (its RebootProgram, and it knows when the node is back):
+        a rollback follows the pool's setting too."""
         out: dict[str, HostResult[None]] = {}
         ready: list[str] = []
         for h in hosts:
@@ -311,14 +314,17 @@ class EngineCore:
                    + (f" (by {owner}: {a.reason})" if a.reason else "") + busy)
         if not ready:
             return out
+        targets = dict.fromkeys(ready, release)
         if self._settings(pool).reboot != "slurm":
-            out.update(self.backend.reboot(ready))
+            out.update(gated_reboot(self.backend, targets).results)
         elif not isinstance(self.scheduler, NodeReboot):
             out.update({h: HostResult.failed(h, f"rollout.reboot is slurm but the scheduler is "
                                                 f"{self.scheduler.name}") for h in ready})
         else:
-            out.update(self.scheduler.reboot_nodes(ready, why,
-                                                   timeout_s=self.opts.reboot_timeout_s))
+            sched = self.scheduler
+            out.update(gated_reboot(self.backend, targets, reboot=lambda ns, g: (
+                sched.reboot_nodes(ns, why, timeout_s=self.opts.reboot_timeout_s,
+                                   gate=g))).results)
         return out
 
     # implemented by the step and rollback mixins; declared here so each half type-checks

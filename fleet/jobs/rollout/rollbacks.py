@@ -110,7 +110,7 @@ class Rollbacks(EngineCore):
                 rb: dict[str, Any] = {}
                 for pool in dict.fromkeys(r.pool for r in reboot):
                     rb.update(self._reboot_now(pool, [r.host for r in reboot if r.pool == pool],
-                                               f"rollout {self.rid} rollback"))
+                                               f"rollout {self.rid} rollback", release))
                 for r in reboot:
                     if not rb[r.host].ok:
                         self._fail(r, "rollback", f"reboot: {rb[r.host].error}",

@@ -275,7 +275,8 @@ class WaveSteps(EngineCore):
         self._write(todo, events=[self._step_event(w, "reboot", "begin", todo)],
                     label=f"wave{w.index}:reboot:begin")
         out = self._reboot_now(w.pool, [r.host for r in todo],
-                               f"rollout {self.rid} wave {w.index}")
+                               f"rollout {self.rid} wave {w.index}",
+                               self.matrix.release(todo[0].to_release or ""))
         for r in todo:
             res = out[r.host]
             if res.ok:

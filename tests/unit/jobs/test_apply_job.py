@@ -15,8 +15,10 @@ from fleet.domain.matrix.loader import load_matrix
 from fleet.domain.matrix.models import Matrix, Release
 from fleet.domain.pinning import PinPlan, plan_pin
 from fleet.domain.ports import HostRef, HostResult, Samples
+from fleet.domain.reboot_gate import RebootPass, require_pass
 from fleet.history import list_events, open_history
 from fleet.jobs.apply import pin_hosts, previous_known_good
+from fleet.sim.facts import boot_facts
 
 ROOT = Path(__file__).resolve().parents[3]
 NOW = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
@@ -33,6 +35,7 @@ class MemoryBackend:
         self.down: set[str] = set()
         self.fail_apply: set[str] = set()
         self.rebooted: list[str] = []
+        self.no_module: set[str] = set()  # the next-boot kernel has no nvidia module
 
     def hosts(self) -> list[HostRef]:
         return self.refs
@@ -67,7 +70,8 @@ class MemoryBackend:
             out[h].changed = plan.changed
         return out
 
-    def reboot(self, hosts: Sequence[str]) -> dict[str, HostResult[None]]:
+    def reboot(self, hosts: Sequence[str], *, gate: RebootPass) -> dict[str, HostResult[None]]:
+        require_pass(gate, hosts)
         self.rebooted += hosts
         return {h: HostResult(h, None, changed=True) for h in hosts}
 
@@ -83,6 +87,7 @@ class MemoryBackend:
                              "packages": {"manager": "dpkg", "items": [
                                  {"name": p, "version": v, "held": p in self.held[h]}
                                  for p, v in self.installed[h].items()]}},
+                "boot": boot_facts("debian", driver, None, new_kernel=h in self.no_module),
             })
             out[h] = HostResult(h, facts)
         return out
@@ -137,6 +142,26 @@ def test_apply_moves_reboots_verifies_and_second_run_is_noop(matrix: Matrix,
         assert kinds.count("apply.start") == 3 and kinds.count("apply.end") == 3
         prev, source = previous_known_good(h, matrix, "h0", backend.refs[0].pool)
         assert (prev.name if prev else None, source) == (golden.name, "history")
+
+
+def test_a_host_whose_next_kernel_has_no_module_is_refused_not_rebooted(
+        matrix: Matrix, tmp_path: Path) -> None:
+    """The pre-reboot gate: h1's default boot entry is a newer kernel without an nvidia module
+    of the target version; apply pins it but does not reboot it, fails it with a finding that
+    names the kernel and the fix, and the other hosts go through."""
+    backend, golden, other = setup(matrix)
+    backend.no_module.add("h1")
+    targets = {r.name: other for r in backend.refs}
+    with open_history(str(tmp_path / "h.db")) as h:
+        res = {r.host: r for r in pin_hosts(backend, h, matrix, targets, now=lambda: NOW)}
+    assert sorted(backend.rebooted) == ["h0", "h2"]
+    assert res["h0"].outcome == res["h2"].outcome == "changed"
+    bad = res["h1"]
+    assert bad.outcome == "failed" and not bad.rebooted
+    kernel = "5.15.0-122-generic"
+    assert f"kernel {kernel} has no nvidia {other.driver.version} module" in (bad.error or "")
+    assert f"dkms autoinstall -k {kernel}" in (bad.error or "")
+    assert [f.check for f in bad.findings] == ["node.next_boot"]
 
 
 def test_unreachable_and_failed_hosts_do_not_stop_the_rest(matrix: Matrix,

@@ -19,6 +19,7 @@ import pytest
 from fleet.domain.matrix.loader import load_matrix
 from fleet.history import open_history
 from fleet.history.rollouts import list_rollouts, load_steps, rollout_events
+from fleet.jobs.reboot_gate import gated_reboot
 from fleet.jobs.rollout import invariants
 from fleet.sim import load_fleet
 from tests.unit.rollout.helpers import fleet_killed_at
@@ -182,7 +183,8 @@ def test_a_reboot_through_the_simulated_scheduler_is_saved_at_once(tmp_path: Pat
     fleet.apply([host], m.release("r580-cuda13.0"))
     sched.drain(host, sched.marker + " test")
     saved_before = path.stat().st_mtime_ns
-    sched.reboot_nodes([host], "test", timeout_s=60)
+    gated_reboot(backend, {host: m.release("r580-cuda13.0")}, reboot=lambda ns, g: (
+        sched.reboot_nodes(ns, "test", timeout_s=60, gate=g)))
     assert path.stat().st_mtime_ns != saved_before
     again = load_fleet(path, m)
     assert again.installed_release(host) == "r580-cuda13.0"

@@ -8,6 +8,7 @@ from pathlib import Path
 from fleet.domain.drift import DriftInput, audit_host
 from fleet.domain.facts import HostFacts
 from fleet.domain.matrix.models import Matrix
+from fleet.jobs.reboot_gate import gated_reboot
 from fleet.sim import SimFleet, load_fleet, save_fleet
 
 HOST = "a100-00003"
@@ -96,7 +97,9 @@ def test_corrected_ecc_rises_from_when_the_fault_is_set(matrix: Matrix) -> None:
         fleet.inject(h, ecc_rising=rate)
         totals.append(max(g.ecc_aggregate_corrected or 0 for g in _facts(fleet, h).gpus))
     assert totals == [100, 500, 2100]  # weekly growth 100, 400, 1600: rising
-    fleet.reboot([h])  # the volatile counter restarts with the driver, the lifetime one not
+    # the volatile counter restarts with the driver, the lifetime one not; the pre-reboot
+    # gate probes once more before the reboot (one more 1600 for the lifetime counter)
+    gated_reboot(fleet, {h: None})
     gpus = _facts(fleet, h).gpus
     assert max(g.ecc_volatile_corrected or 0 for g in gpus) == 1600
-    assert max(g.ecc_aggregate_corrected or 0 for g in gpus) == 3700
+    assert max(g.ecc_aggregate_corrected or 0 for g in gpus) == 2100 + 1600 + 1600

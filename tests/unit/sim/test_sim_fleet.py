@@ -12,6 +12,7 @@ from fleet.domain.checks import Severity, expectations_for, run_checks
 from fleet.domain.facts import HostFacts
 from fleet.domain.matrix.models import Matrix
 from fleet.domain.ports import Backend, HostResult
+from fleet.jobs.reboot_gate import gated_reboot
 from fleet.sim import HostFaults, Latency, SimClock, SimFleet, SimSpec
 
 
@@ -33,7 +34,7 @@ def _fails(checks: dict[str, Severity]) -> set[str]:
 def _upgrade(fleet: SimFleet, matrix: Matrix, host: str, release: str) -> None:
     rel = matrix.release(release)
     assert fleet.apply([host], rel)[host].ok
-    assert fleet.reboot([host])[host].ok
+    assert gated_reboot(fleet, {host: rel}).results[host].ok
 
 
 def test_is_a_backend(matrix: Matrix) -> None:
@@ -90,7 +91,7 @@ def test_starts_on_previous_release_and_upgrades(matrix: Matrix) -> None:
     assert "driver.agreement" in _fails(_checks(matrix, fleet, h))
     bench = fleet.benchmark([h], "synthetic")[h]
     assert not bench.ok and "mismatch" in (bench.error or "")
-    assert fleet.reboot([h])[h].ok
+    assert gated_reboot(fleet, {h: target}).results[h].ok
     facts = fleet.probe([h])[h].value
     assert facts is not None
     assert facts.versions.driver_library == facts.versions.driver_kernel_module == "580.95.05"
@@ -119,7 +120,8 @@ def test_same_seed_same_everything(matrix: Matrix) -> None:
         names = [r.name for r in fleet.hosts()][::7]
         rel = matrix.release("r580-cuda13.0")
         applied = {h: (r.ok, r.changed) for h, r in fleet.apply(names, rel).items()}
-        rebooted = {h: r.ok for h, r in fleet.reboot(names).items()}
+        rebooted = {h: r.ok for h, r in gated_reboot(fleet, dict.fromkeys(names, rel))
+                    .results.items()}
         probes = {h: r.value.to_json_dict() if r.value else r.error
                   for h, r in fleet.probe(names).items()}
         bench = {h: r.value for h, r in fleet.benchmark(names, "replay").items()}
@@ -192,7 +194,8 @@ def test_fault_unreachable(matrix: Matrix) -> None:
     fleet.inject("a100-00001", unreachable=True)
     rel = matrix.release("r580-cuda13.0")
     for call in (lambda h: fleet.probe(h), lambda h: fleet.plan(h, rel),
-                 lambda h: fleet.apply(h, rel), lambda h: fleet.reboot(h),
+                 lambda h: fleet.apply(h, rel),
+                 lambda h: gated_reboot(fleet, dict.fromkeys(h, rel)).results,
                  lambda h: fleet.benchmark(h, "synthetic")):
         r = call(["a100-00001"])["a100-00001"]
         assert not r.ok and not r.reachable and "Connection timed out" in (r.error or "")
@@ -259,7 +262,7 @@ def test_fault_reboot_never_returns(matrix: Matrix) -> None:
     h = "h100-00006"
     fleet.inject(h, reboot_hangs=True)
     assert fleet.apply([h], matrix.release("r580-cuda13.0"))[h].ok
-    r = fleet.reboot([h])[h]
+    r = gated_reboot(fleet, {h: matrix.release("r580-cuda13.0")}).results[h]
     assert not r.ok and not r.reachable and "did not come back" in (r.error or "")
     assert not fleet.probe([h])[h].reachable
     fleet.heal(h)

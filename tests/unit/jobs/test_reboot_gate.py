@@ -1,0 +1,241 @@
+"""The pre-reboot gate: the pure verdict, the pass every backend requires, and that no reboot
+reaches a backend or a scheduler except through `fleet.jobs.reboot_gate.gated_reboot`."""
+
+from __future__ import annotations
+
+import re
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fleet.domain.boot_facts import BootFacts
+from fleet.domain.checks.models import Severity
+from fleet.domain.matrix.loader import load_matrix
+from fleet.domain.matrix.models import Matrix
+from fleet.domain.reboot_gate import (
+    BootVerdict,
+    RebootNotGated,
+    RebootPass,
+    judge_next_boot,
+    require_pass,
+)
+from fleet.jobs.reboot_gate import gated_reboot
+from fleet.sim import SimFleet
+from fleet.sim.facts import KERNELS, boot_facts
+from tests.unit.rollout.helpers import Rig
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture
+def matrix() -> Matrix:
+    return load_matrix(ROOT / "matrices" / "example.yaml", today=date(2025, 6, 1)).matrix
+
+
+OLD, NEW = KERNELS["debian"]
+DRV = "580.95.05"
+
+
+def boot(**changes: Any) -> BootFacts:
+    doc = boot_facts("debian", DRV, "open")
+    doc.update(changes)
+    return BootFacts.model_validate(doc)
+
+
+def signed(signer: str, key: str) -> BootFacts:
+    b = boot_facts("debian", DRV, "open", secure_boot=True)
+    b["kernels"][0]["module"].update(signer=signer, sig_key=key)
+    return BootFacts.model_validate(b)
+
+
+def test_healthy_next_boot_passes() -> None:
+    v = judge_next_boot("h1", boot(), DRV, flavor="open")
+    assert v.ok and v.kernel == OLD and v.finding.severity is Severity.OK
+
+
+def test_newer_default_kernel_without_module_is_refused_with_the_fixes() -> None:
+    v = judge_next_boot("h7", BootFacts.model_validate(
+        boot_facts("debian", DRV, new_kernel=True)), DRV)
+    assert not v.ok and v.kernel == NEW
+    msg = v.finding.message
+    assert msg.startswith(f"the next reboot of h7 would lose the GPU driver: kernel {NEW} has "
+                          f"no nvidia {DRV} module")
+    assert f"install linux-headers-{NEW}, then `dkms autoinstall -k {NEW}`" in msg
+    assert f"linux-modules-nvidia-580-server-open-{NEW}" in msg
+    assert f"keep booting {OLD}" in msg and "hold: true" in msg
+    el = judge_next_boot("h8", BootFacts.model_validate(
+        boot_facts("rhel", DRV, new_kernel=True)), DRV, os_family="rhel")
+    new_el = KERNELS["rhel"][1]
+    assert f"kernel-devel-{new_el}" in el.finding.message
+    assert f"grubby --set-default /boot/vmlinuz-{KERNELS['rhel'][0]}" in el.finding.message
+
+
+def test_module_of_another_version_or_flavor_is_refused() -> None:
+    v = judge_next_boot("h1", boot(), "590.44.01")
+    assert not v.ok and "is 580.95.05" in v.finding.message
+    f = judge_next_boot("h1", boot(), DRV, flavor="proprietary")
+    assert not f.ok and "the open one" in f.finding.message
+
+
+@pytest.mark.parametrize("facts,why", [
+    (None, "reported no boot facts"),
+    (BootFacts.model_validate({"next_kernel": {"error": "unresolved", "detail": "x"}}),
+     "could not be resolved (unresolved: x)"),
+])
+def test_unknown_never_passes(facts: BootFacts | None, why: str) -> None:
+    v = judge_next_boot("h1", facts, DRV)
+    assert not v.ok and why in v.finding.message
+
+
+def test_unreadable_module_is_unknown_not_absent() -> None:
+    doc = boot_facts("debian", DRV)
+    doc["kernels"][0]["module"] = {"error": "modinfo_failed", "detail": "exit 2"}
+    v = judge_next_boot("h1", BootFacts.model_validate(doc), DRV)
+    assert not v.ok and "could not be read (modinfo_failed: exit 2)" in v.finding.message
+
+
+def test_secure_boot_unsigned_is_refused_with_mok_signing() -> None:
+    v = judge_next_boot("h1", boot(secure_boot=True), DRV)
+    assert not v.ok
+    assert "Secure Boot is on" in v.finding.message and "is unsigned" in v.finding.message
+    assert "mokutil --import" in v.finding.message and "kmodsign" in v.finding.message
+
+
+def test_secure_boot_enrolled_key_passes_by_serial() -> None:
+    b = signed("host Secure Boot Module Signature key", "1F:2E:3D")
+    b.enrolled_keys = [b.enrolled_keys[0].__class__(serial="1f2e3d",
+                                                   subject_cn="host Secure Boot Module "
+                                                              "Signature key")] \
+        if b.enrolled_keys else []
+    from fleet.domain.boot_facts import EnrolledKey
+
+    b.enrolled_keys = [EnrolledKey(serial="1f2e3d", subject_cn="host Secure Boot Module "
+                                                              "Signature key")]
+    v = judge_next_boot("h1", b, DRV)
+    assert v.ok and "enrolled key" in v.finding.message
+
+
+def test_secure_boot_regenerated_unenrolled_key_is_refused() -> None:
+    """A DKMS key regenerated but not enrolled keeps the old key's name: the name alone (in the
+    kernel's keyring, where the old MOK shows) must not pass it."""
+    from fleet.domain.boot_facts import EnrolledKey, KernelKey
+
+    name = "host Secure Boot Module Signature key"
+    b = signed(name, "AA:BB:CC")
+    b.enrolled_keys = [EnrolledKey(serial="112233", subject_cn=name)]
+    b.kernel_keys = [KernelKey(name=name, skid="445566")]
+    v = judge_next_boot("h1", b, DRV)
+    assert not v.ok and "which is not enrolled" in v.finding.message
+
+
+def test_secure_boot_distribution_key_in_the_kernel_keyring_passes() -> None:
+    from fleet.domain.boot_facts import KernelKey
+
+    b = signed("Canonical Ltd. Kernel Module Signing", "0A:0B")
+    b.kernel_keys = [KernelKey(name="Canonical Ltd. Kernel Module Signing", skid="99")]
+    assert judge_next_boot("h1", b, DRV).ok
+
+
+def test_secure_boot_unreadable_with_unsigned_module_is_unknown() -> None:
+    doc = boot_facts("debian", DRV)
+    doc["secure_boot"] = {"error": "os_error", "detail": "efivars"}
+    v = judge_next_boot("h1", BootFacts.model_validate(doc), DRV)
+    assert not v.ok and "Secure Boot state could not be read" in v.finding.message
+
+
+def test_a_pass_comes_only_from_passing_verdicts() -> None:
+    good = judge_next_boot("h1", boot(), DRV)
+    bad = judge_next_boot("h2", boot(secure_boot=True), DRV)
+    with pytest.raises(TypeError):
+        BootVerdict("h3", True, OLD, DRV, good.finding)
+    with pytest.raises(RebootNotGated):
+        RebootPass([bad])
+    gate = RebootPass([good])
+    require_pass(gate, ["h1"])
+    with pytest.raises(RebootNotGated):
+        require_pass(gate, ["h1", "h2"])
+    with pytest.raises(RebootNotGated):
+        require_pass(None, ["h1"])
+
+
+def test_backends_refuse_a_reboot_without_a_pass(matrix: Matrix) -> None:
+    fleet = SimFleet.build(matrix, 8, seed=1)
+    h = fleet.hosts()[0].name
+    with pytest.raises(RebootNotGated):
+        fleet.reboot([h], gate=None)  # type: ignore[arg-type]
+    with pytest.raises(RebootNotGated):
+        fleet.scheduler().reboot_nodes([h], "x", timeout_s=1, gate=None)  # type: ignore[arg-type]
+
+
+def test_gated_reboot_refuses_the_broken_host_only(matrix: Matrix) -> None:
+    fleet = SimFleet.build(matrix, 8, seed=1)
+    a, b = (r.name for r in fleet.hosts()[:2])
+    fleet.inject(b, kernel_without_module=True)
+    before = {h: fleet.probe([h])[h].value.identity.boot_id for h in (a, b)}  # type: ignore
+    out = gated_reboot(fleet, {a: None, b: None})
+    assert out.results[a].ok and not out.results[b].ok and list(out.refused) == [b]
+    assert f"kernel {NEW} has no nvidia" in (out.results[b].error or "")
+    after = {h: fleet.probe([h])[h].value.identity.boot_id for h in (a, b)}  # type: ignore
+    assert after[b] == before[b] and after[a] != before[a]
+
+
+def test_a_host_booted_into_a_kernel_without_module_has_no_gpus(matrix: Matrix) -> None:
+    """What the gate prevents (simulated faithfully: the reboot is forced with a pass made
+    for a healthy verdict): the host comes back on the new kernel without the driver."""
+    fleet = SimFleet.build(matrix, 8, seed=1)
+    h = fleet.hosts()[0].name
+    ok = judge_next_boot(h, boot(), DRV)
+    fleet.inject(h, kernel_without_module=True)
+    fleet.reboot([h], gate=RebootPass([ok]))
+    facts = fleet.probe([h])[h].value
+    assert facts is not None and facts.gpus == [] and facts.source == "none"
+    assert facts.boot is not None and facts.boot.running_kernel == NEW
+
+
+def test_rollout_never_reboots_a_host_the_gate_refuses(matrix: Matrix, tmp_path: Path) -> None:
+    rig = Rig(matrix, tmp_path)
+    first = next(h.name for h in rig.fleet.hosts() if h.pool == "h100-canary")
+    rig.fleet.inject(first, kernel_without_module=True)
+    boot_id = rig.fleet.probe_document(first)["identity"]["boot_id"]
+    res = rig.start()
+    assert res.status in ("rolled_back", "paused")
+    step = next(s for s in rig.steps(res.rollout_id) if s.host == first)
+    assert step.detail["failed_at"] == "reboot"
+    assert f"kernel {NEW} has no nvidia" in step.detail.get("error", "") or any(
+        f"kernel {NEW} has no nvidia" in (e.message or "") for e in rig.events(res.rollout_id))
+    assert rig.fleet.probe_document(first)["identity"]["boot_id"] == boot_id  # never rebooted
+    assert rig.fleet.scheduler().state(first).state in ("drained", "draining")
+    assert rig.problems(res.rollout_id) == []
+
+
+# ------------------------------------------------------------ no reboot outside the gate
+_CALL = re.compile(r"\.(reboot|reboot_nodes)\(|server\.reboot\b")
+_ALLOWED = {
+    "fleet/jobs/reboot_gate.py",  # the one caller: backend.reboot(names, gate=...)
+    "fleet/sim/scheduler.py",  # scontrol reboot in the simulation reboots the sim fleet (gated)
+    "fleet/remote/backend.py",  # SshBackend.reboot's own pyinfra server.reboot, behind the pass
+    "fleet/remote/reboot_op.py",  # the gate as a pyinfra operation, then server.reboot's steps
+    "fleet/cli/lab_cmd.py",  # `fleet lab reboot`: the lab harness's power button, not a deploy
+}
+
+
+def test_no_reboot_call_site_outside_the_gate() -> None:
+    """Every `.reboot(` / `.reboot_nodes(` / `server.reboot(` in the shipped code is the gate,
+    a backend behind its pass, or a lambda handed to the gate (`reboot=`)."""
+    bad = []
+    for path in sorted([*ROOT.glob("fleet/**/*.py"), *ROOT.glob("playbooks/*.py")]):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel.startswith("fleet/lab/") or rel in _ALLOWED:
+            continue  # the lab's own `fleet lab reboot` is the harness, not a managed host
+        lines = path.read_text().splitlines()
+        for i, line in enumerate(lines):
+            code = line.split("#", 1)[0]
+            if not _CALL.search(code):
+                continue
+            window = "\n".join(lines[max(0, i - 3):i + 1])
+            if "gated_reboot(" in window or "gate=g" in code:
+                continue
+            bad.append(f"{rel}:{i + 1}: {line.strip()}")
+    assert bad == []
