@@ -288,6 +288,14 @@ def _release_differences(
             kv = None
         if kv is None or not satisfies(kv, constraint):
             diffs.append(Difference("kernel", kernel, constraint))
+    nxt = facts.boot.next_kernel if facts.boot is not None else None
+    if constraint and nxt and nxt != kernel:  # the kernel the next reboot boots, too
+        try:
+            nv: str | None = kernel_release_version(nxt)
+        except ValueError:
+            nv = None
+        if nv is None or not satisfies(nv, constraint):
+            diffs.append(Difference("next-boot kernel", nxt, constraint))
     upgrader = "unattended-upgrades" if osf == "debian" else "dnf-automatic"
     if unattended is None:
         diffs.append(Difference(upgrader, f"unknown ({unattended_why or 'not reported'})",

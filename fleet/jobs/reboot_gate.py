@@ -11,11 +11,11 @@ and the fix; it stays drained (the callers undrain only verified hosts).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from fleet.domain.checks.models import Finding
+from fleet.domain.checks.versions import driver_packages
 from fleet.domain.facts import HostFacts
 from fleet.domain.matrix.models import Release
 from fleet.domain.ports import Backend, HostResult
@@ -35,24 +35,16 @@ class GatedReboot:
     refused: dict[str, Finding] = field(default_factory=dict)
 
 
-_DRIVER_PKG = re.compile(r"^(nvidia-driver|nvidia-open|nvidia-dkms|kmod-nvidia|nvidia-kmod)")
-_UPSTREAM = re.compile(r"(\d{3,}\.\d+(?:\.\d+)?)")
-
-
 def target_driver(facts: HostFacts, release: Release | None) -> tuple[str | None, str | None]:
     """(driver version, flavor) the next boot must load: the release's; without one, the
     version the installed driver packages agree on (what the next boot loads), else the module
     loaded now."""
     if release is not None:
         return release.driver.version, release.driver.flavor
-    v = facts.versions
-    found = set()
-    for p in v.packages.items if v.packages is not None else []:
-        m = _UPSTREAM.search(p.version.split(":", 1)[-1])
-        if _DRIVER_PKG.match(p.name) and m:
-            found.add(m.group(1))
+    found = set(driver_packages(facts).values())
     if len(found) == 1:
         return found.pop(), None
+    v = facts.versions
     return v.driver_kernel_module or v.driver_library, v.kernel_module_flavor
 
 
@@ -85,8 +77,10 @@ def gated_reboot(backend: Backend, targets: Mapping[str, Release | None], *,
             out.results[name] = HostResult.failed(
                 name, f"not rebooted: no target driver for {name} (none loaded, none given)")
             continue
+        rel = targets[name]
         verdict = judge_next_boot(name, facts.boot, driver, flavor=flavor,
-                                  os_family=_family(facts))
+                                  os_family=_family(facts),
+                                  kernel_constraint=rel.companions.kernel if rel else None)
         out.verdicts[name] = verdict
         if verdict.ok:
             passed.append(verdict)

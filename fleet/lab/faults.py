@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from fleet.errors import BadInput, Problem
+from fleet.lab import boot
 from fleet.lab.model import PROFILES, HostSpec, gpu_bdf, upstream_bdf
 
 AER_CORRECTABLE = (
@@ -109,6 +110,14 @@ FAULTS: dict[str, tuple[dict[str, str], str]] = {
         {"branch": "0", "factor": "0.1"},
         "the workload (model server, fleet-lab-bench) computes on the CPU, as a runtime that lost "
         "its CUDA provider: `factor` times the speed, GPUs idle; only on driver `branch` (0: any)",
+    ),
+    "kernel-without-module": (
+        {},
+        "a newer kernel, without headers (so no driver install builds its nvidia module), "
+        "becomes GRUB's default entry: the pre-reboot gate refuses; `fleet lab reset` removes it",
+    ),
+    "secure-boot-unsigned": (
+        {}, "Secure Boot on; the lab's nvidia module is unsigned, so it would not load",
     ),
     "stale-cdi": (
         {"version": "535.183.01"},
@@ -358,11 +367,13 @@ def effects(fault: Fault, host: HostSpec) -> Effects:
         e.set.update(cpu_fallback(p))
     elif name == "stale-cdi":
         e.files[CDI_SPEC] = cdi_spec(p["version"], prof.count)
+    elif name in ("kernel-without-module", "secure-boot-unsigned"):
+        e.files.update(boot.fault_files(name))
     return e
 
 
 CDI_SPEC = "/etc/cdi/nvidia.yaml"
-FAULT_FILES = (CDI_SPEC,)  # host files faults write; `fleet lab reset` removes them
+FAULT_FILES = (CDI_SPEC, *boot.FAULT_FILES)  # host files faults write; `lab reset` removes them
 
 
 def cdi_spec(version: str, gpus: int) -> str:

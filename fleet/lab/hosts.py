@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from fleet.errors import CouldNotComplete
+from fleet.lab import boot as lab_boot
 from fleet.lab import faults as F
 from fleet.lab.model import (
     BRIDGE,
@@ -37,7 +38,6 @@ from fleet.lab.sysutil import atomic_write, run
 STATE = "var/lib/gpusim/state"
 PENDING = "var/lib/gpusim/module.pending"
 KERN_LOG = "var/log/kern.log"
-KERNEL = "6.1.0-18-amd64"
 NVIDIA_MAJOR = 195
 
 HOST_INIT = """#!/bin/sh
@@ -54,6 +54,9 @@ if [ -f "$boot/nvidia-version" ]; then
 fi
 mount -o remount,ro "$root/proc/driver"
 mount --bind "$boot/boot_id" "$root/proc/sys/kernel/random/boot_id"
+if [ -f "$boot/osrelease" ]; then
+  mount --bind "$boot/osrelease" "$root/proc/sys/kernel/osrelease"  # the kernel it booted
+fi
 mount -t devpts -o newinstance,ptmxmode=0666,mode=0620 devpts "$root/dev/pts"
 mount --bind "$root/dev/pts/ptmx" "$root/dev/ptmx"
 mount -t tmpfs -o mode=1777,size=64m tmpfs "$root/dev/shm"
@@ -130,6 +133,7 @@ def write_layer(paths: LabPaths, base: Path, repo_url: str) -> None:
                 (L / d / name).chmod(0o755)
     (L / "usr/local/bin/fleet-lab-bench").write_text(BENCH_SCRIPT)
     (L / "usr/local/bin/fleet-lab-bench").chmod(0o755)
+    lab_boot.write_layer(L)  # /boot, headers, fake modinfo and mokutil
     (L / "usr/local/lib/fleet-lab/model_server.py").write_text(MODEL_SERVER_SCRIPT)
     # the shared root must stay 0755 or sshd's StrictModes refuses the authorized_keys
     L.chmod(0o755)
@@ -349,9 +353,11 @@ def prepare_boot(paths: LabPaths, host: HostSpec, model_server: bool = False) ->
     flags = read_flags(paths, host.name)
     pending = root / PENDING
     module = pending.read_text().strip() if pending.exists() else ""
-    loaded = bool(module) and not flags.get("driver-not-loaded")
+    kernel, loadable = lab_boot.booting(root)  # GRUB's default entry boots
+    loaded = bool(module) and not flags.get("driver-not-loaded") and loadable
     boot_id = str(uuid.uuid4())
     atomic_write(bootdir / "boot_id", boot_id + "\n")
+    atomic_write(bootdir / "osrelease", kernel + "\n")
     if loaded:
         atomic_write(bootdir / "nvidia-version", _proc_version(module))
     else:
@@ -392,9 +398,9 @@ def prepare_boot(paths: LabPaths, host: HostSpec, model_server: bool = False) ->
     }
     atomic_write(bootdir / "info.json", json.dumps(info) + "\n")
     msgs = [
-        f"Linux version {KERNEL} (debian-kernel@lists.debian.org) (gcc-12 (Debian 12.2.0-14) "
+        f"Linux version {kernel} (debian-kernel@lists.debian.org) (gcc-12 (Debian 12.2.0-14) "
         "12.2.0, GNU ld (GNU Binutils for Debian) 2.40) #1 SMP PREEMPT_DYNAMIC Debian 6.1.76-1",
-        f"Command line: BOOT_IMAGE=/boot/vmlinuz-{KERNEL} root=/dev/sda1 ro quiet",
+        f"Command line: BOOT_IMAGE=/boot/vmlinuz-{kernel} root=/dev/sda1 ro quiet",
     ]
     if loaded:
         msgs += [

@@ -2127,13 +2127,15 @@ def probe_secure_boot(h):
     return parse_sb_efivar(data), "efivar"
 
 
-def probe_boot(h, running=None):
-    """The pre-reboot gate's facts. Never raises."""
+def installed_kernels(h):
+    """Kernels with an image: /boot/vmlinuz-KVER, or /lib/modules/KVER/vmlinuz (Fedora)."""
+    return _installed_kernels(h)
+
+
+def read_next_kernel(h, kernels):
+    """(kernel, source, entry): GRUB's files and grubby, resolved by resolve_next_kernel."""
     import glob
 
-    out = {"running_kernel": running or os.uname().release}
-    kernels = _installed_kernels(h)
-    out["installed_kernels"] = kernels
     grubenv = None
     for p in ("/boot/grub/grubenv", "/boot/grub2/grubenv", "/boot/efi/EFI/grub/grubenv"):
         text = h.read(p, 4096)
@@ -2153,7 +2155,23 @@ def probe_boot(h, running=None):
         r = h.run(["grubby", "--default-kernel"])
         if not is_err(r) and r[0] == 0:
             grubby = r[1]
-    nxt, source, entry = resolve_next_kernel(kernels, grubenv, grub_default, grubby)
+    return resolve_next_kernel(kernels, grubenv, grub_default, grubby)
+
+
+def running_kernel(h):
+    """The running kernel: /proc/sys/kernel/osrelease (what `uname -r` prints)."""
+    text = h.read("/proc/sys/kernel/osrelease", 256)
+    return text.strip() if not is_err(text) and text.strip() else os.uname().release
+
+
+def probe_boot(h, running=None):
+    """The pre-reboot gate's facts. Never raises."""
+    import glob
+
+    out = {"running_kernel": running or running_kernel(h)}
+    kernels = _installed_kernels(h)
+    out["installed_kernels"] = kernels
+    nxt, source, entry = read_next_kernel(h, kernels)
     out["next_kernel"], out["next_source"], out["next_entry"] = nxt, source, entry
     wanted = set(sorted(kernels, key=kernel_sort_key, reverse=True)[:MAX_KERNELS])
     if isinstance(nxt, str):

@@ -13,7 +13,9 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
-from pyinfra.api import FunctionCommand, OperationError, operation
+from pyinfra.api.command import FunctionCommand
+from pyinfra.api.exceptions import OperationError
+from pyinfra.api.operation import operation
 from pyinfra.operations import server
 
 from fleet.remote.probe_fact import HostProbe

@@ -110,9 +110,10 @@ def _gpu(profile: GpuProfile, seed: int, host: str, host_index: int, i: int, *,
     }
 
 
-KERNELS = {"debian": ("5.15.0-119-generic", "5.15.0-122-generic"),
+KERNELS = {"debian": ("5.15.0-119-generic", "6.8.0-49-generic"),
            "rhel": ("5.14.0-427.13.1.el9_4.x86_64", "5.14.0-503.11.1.el9_5.x86_64")}
-"""Per OS family: the kernel the hosts run, and the newer one `kernel_without_module` installs."""
+"""Per OS family: the kernel the hosts run, and the newer one `kernel_without_module` installs
+(on Ubuntu 22.04, the HWE kernel an unattended upgrade brings)."""
 
 
 def boot_facts(os_family: str, driver: str | None, flavor: str | None = "open", *,

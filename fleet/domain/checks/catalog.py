@@ -3,14 +3,15 @@
 Each check has an id, the facts it reads, and returns findings (severity ok/warn/fail plus a
 remediation). A check that lacks the facts it needs (an offline XML import has no kernel log, no
 uptime) returns nothing rather than guessing; `probe.source` judges how the facts were obtained.
-The checks live by family: `versions`, `gpus`, `memory`, `kernel_log`, `modes`, `host`.
+The checks live by family: `versions`, `gpus`, `memory`, `kernel_log`, `modes`, `host`,
+`next_boot` (the pre-reboot gate's decision).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from fleet.domain.checks import gpus, host, kernel_log, memory, modes, versions
+from fleet.domain.checks import gpus, host, kernel_log, memory, modes, next_boot, versions
 from fleet.domain.checks.base import Check
 from fleet.domain.checks.models import Expectations, Finding, Severity
 from fleet.domain.facts import HostFacts
@@ -23,6 +24,7 @@ CHECKS: list[Check] = [
     *kernel_log.CHECKS,
     *modes.CHECKS,
     *host.CHECKS,
+    *next_boot.CHECKS,
 ]
 
 

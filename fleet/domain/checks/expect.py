@@ -24,6 +24,8 @@ def release_expectation(release: Release, os_family: OsFamily = "debian") -> Rel
         driver_version=release.driver.version,
         cuda_version=release.cuda,
         packages_held=tuple(spec.name for spec in release.packages(os_family)),
+        kernel=release.companions.kernel,
+        driver_flavor=release.driver.flavor,
     )
 
 
@@ -57,4 +59,5 @@ def expectations_for(
         allowed=allowed,
         gpu_count=gpu_count,
         gpu_model=model,
+        secure_boot=settings.secure_boot if settings else "any",
     )

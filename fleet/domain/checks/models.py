@@ -48,6 +48,10 @@ class ReleaseExpectation:
     driver_version: str
     cuda_version: str | None = None
     packages_held: tuple[str, ...] = ()
+    kernel: str | None = None
+    """The release's kernel constraint (">=5.15,<6.9"), checked on the running and the
+    next-boot kernel."""
+    driver_flavor: str | None = None
 
 
 @dataclass(frozen=True)
@@ -64,4 +68,6 @@ class Expectations:
     mig_mode: bool | None = None
     container_runtime: bool = False
     """The NVIDIA container runtime must be configured (Kubernetes or docker pools)."""
+    secure_boot: Literal["required", "forbidden", "any"] = "any"
+    """The pool's Secure Boot policy (`node.next_boot`)."""
     extra: dict[str, Any] = field(default_factory=dict)

@@ -18,7 +18,7 @@ from fleet.domain.ports import HostRef, HostResult, Samples
 from fleet.domain.reboot_gate import RebootPass, require_pass
 from fleet.history import list_events, open_history
 from fleet.jobs.apply import pin_hosts, previous_known_good
-from fleet.sim.facts import boot_facts
+from fleet.sim.facts import KERNELS, boot_facts
 
 ROOT = Path(__file__).resolve().parents[3]
 NOW = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
@@ -158,7 +158,7 @@ def test_a_host_whose_next_kernel_has_no_module_is_refused_not_rebooted(
     assert res["h0"].outcome == res["h2"].outcome == "changed"
     bad = res["h1"]
     assert bad.outcome == "failed" and not bad.rebooted
-    kernel = "5.15.0-122-generic"
+    kernel = KERNELS["debian"][1]
     assert f"kernel {kernel} has no nvidia {other.driver.version} module" in (bad.error or "")
     assert f"dkms autoinstall -k {kernel}" in (bad.error or "")
     assert [f.check for f in bad.findings] == ["node.next_boot"]

@@ -195,18 +195,23 @@ def test_a_host_booted_into_a_kernel_without_module_has_no_gpus(matrix: Matrix) 
 
 
 def test_rollout_never_reboots_a_host_the_gate_refuses(matrix: Matrix, tmp_path: Path) -> None:
+    """The canary's reboot is refused: the step fails with the gate's finding, the policy
+    rolls back (packages back, no reboot needed: the old module is still loaded), and the
+    host stays drained, quarantined: its next reboot would still lose the driver."""
     rig = Rig(matrix, tmp_path)
     first = next(h.name for h in rig.fleet.hosts() if h.pool == "h100-canary")
     rig.fleet.inject(first, kernel_without_module=True)
     boot_id = rig.fleet.probe_document(first)["identity"]["boot_id"]
     res = rig.start()
-    assert res.status in ("rolled_back", "paused")
+    assert res.status == "rolled_back"
     step = next(s for s in rig.steps(res.rollout_id) if s.host == first)
-    assert step.detail["failed_at"] == "reboot"
-    assert f"kernel {NEW} has no nvidia" in step.detail.get("error", "") or any(
-        f"kernel {NEW} has no nvidia" in (e.message or "") for e in rig.events(res.rollout_id))
+    assert step.state == "failed" and step.detail.get("quarantined")
+    said = " ".join(e.message or "" for e in rig.events(res.rollout_id)) + str(step.detail)
+    assert f"kernel {NEW} has no nvidia" in said
     assert rig.fleet.probe_document(first)["identity"]["boot_id"] == boot_id  # never rebooted
     assert rig.fleet.scheduler().state(first).state in ("drained", "draining")
+    others = [s for s in rig.steps(res.rollout_id) if s.host != first]
+    assert all(s.state in ("planned", "rolled_back") for s in others)
     assert rig.problems(res.rollout_id) == []
 
 
@@ -239,3 +244,62 @@ def test_no_reboot_call_site_outside_the_gate() -> None:
                 continue
             bad.append(f"{rel}:{i + 1}: {line.strip()}")
     assert bad == []
+
+
+# ------------------------------------------------------------ the node.next_boot check
+def _facts(**boot_changes: Any) -> Any:
+    from fleet.domain.facts import HostFacts
+
+    doc = boot_facts("debian", DRV, "open")
+    doc.update(boot_changes)
+    return HostFacts.model_validate({
+        "identity": {"hostname": "h7", "kernel": OLD},
+        "versions": {"driver_kernel_module": DRV, "packages": {"manager": "dpkg", "items": [
+            {"name": "nvidia-driver-580-open", "version": f"{DRV}-0ubuntu1", "held": True}]}},
+        "boot": doc})
+
+
+def test_check_fails_before_anyone_reboots() -> None:
+    from fleet.domain.checks import run_checks
+
+    broken = _facts(**BootFacts.model_validate(
+        boot_facts("debian", DRV, new_kernel=True)).model_dump(exclude={"unreadable"}))
+    found = [f for f in run_checks(broken) if f.check == "node.next_boot"]
+    assert [f.severity for f in found] == [Severity.FAIL]
+    assert found[0].message.startswith(
+        f"the next reboot of h7 would lose the GPU driver: kernel {NEW} has no nvidia {DRV}")
+    assert not [f for f in run_checks(_facts()) if f.check == "node.next_boot"]
+
+
+def test_check_pool_secure_boot_policy_and_kernel_constraint() -> None:
+    from fleet.domain.checks import run_checks
+    from fleet.domain.checks.models import Expectations, ReleaseExpectation
+
+    def msgs(facts: Any, **exp: Any) -> list[str]:
+        return [f.message for f in run_checks(facts, Expectations(**exp))
+                if f.check == "node.next_boot"]
+
+    assert "secure_boot: required" in msgs(_facts(), secure_boot="required")[0]
+    assert msgs(_facts(), secure_boot="forbidden") == []
+    on = _facts(secure_boot=True)
+    assert "secure_boot: forbidden" in msgs(on, secure_boot="forbidden")[0]
+    rel = ReleaseExpectation("r580", DRV, kernel=">=6.0")
+    assert f"boots kernel {OLD}, outside the release's kernel constraint" in msgs(
+        _facts(), release=rel)[0]
+
+
+def test_drift_judges_the_next_boot_kernel_against_the_constraint(matrix: Matrix) -> None:
+    from fleet.domain.drift import DriftInput, audit_host
+
+    fleet = SimFleet.build(matrix, 8, seed=1)
+    ref = fleet.hosts()[0]
+    name = fleet.installed_release(ref.name)
+    assert name is not None
+    rels = [r.model_copy(update={"companions": r.companions.model_copy(
+        update={"kernel": "<6.0"})}) if r.name == name else r for r in matrix.releases]
+    m = matrix.model_copy(update={"releases": rels})
+    fleet.inject(ref.name, kernel_without_module=True)
+    facts = fleet.probe([ref.name])[ref.name].value
+    d = audit_host(DriftInput(host=ref.name, pool=ref.pool, reachable=True, facts=facts), m)
+    assert any(x.component == "next-boot kernel" and x.have == NEW for x in d.differences)
+    assert not any(x.component == "kernel" for x in d.differences)  # the running one is fine

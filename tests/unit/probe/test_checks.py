@@ -16,6 +16,7 @@ from fleet.domain.checks import (
 from fleet.domain.facts import HostFacts
 from fleet.domain.matrix import Thresholds
 from fleet.probe.hostprobe import XID_CLASSES
+from fleet.sim.facts import boot_facts
 
 REL = ReleaseExpectation("r550", "550.54.15", "12.4", ("nvidia-driver-550",))
 EXP = Expectations(
@@ -106,6 +107,7 @@ def healthy(**over: Any) -> dict[str, Any]:
                 "result": {"version": "2.4", "cuda_available": True, "device_count": 2},
             }
         ],
+        "boot": boot_facts("debian", "550.54.15", "open"),
     }
     h.update(over)
     return h
@@ -353,6 +355,11 @@ CASES: list[tuple[str, dict[str, Any], tuple[str, str, str]]] = [
         "no source at all",
         healthy(source="none", gpus=[]),
         ("probe.source", "fail", "reinstall_driver"),
+    ),
+    (
+        "next-boot kernel without the module",
+        healthy(boot=boot_facts("debian", "550.54.15", "open", new_kernel=True)),
+        ("node.next_boot", "fail", "reinstall_driver"),
     ),
 ]
 

@@ -47,7 +47,10 @@ def test_golden_of_a_pool_override(matrix: Matrix) -> None:
             "libcudnn9-cuda-13",
             "tensorrt",
         ),
+        kernel=matrix.release("r595-cuda13.2").companions.kernel,
+        driver_flavor="open",
     )
+    assert exp.release.kernel == ">=5.15,<6.12"  # checked on the next-boot kernel too
     assert exp.gpu_model == "H100"  # from the matrix's pool settings
     assert exp.gpu_count is None
 
