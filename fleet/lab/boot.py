@@ -109,11 +109,15 @@ esac
 '''
 
 
-def write_layer(layer: Path) -> None:
-    """The boot chain every lab host starts with: one kernel with headers, the fake tools."""
+def write_layer(layer: Path, base: Path | None = None) -> None:
+    """The boot chain every lab host starts with: one kernel with headers, the fake tools.
+    On a merged-/usr base (/lib -> usr/lib) the modules go under usr/lib: a real `lib`
+    directory in the layer would hide the base's /lib and with it the dynamic loader."""
     (layer / "boot").mkdir(parents=True, exist_ok=True)
     (layer / "boot" / f"vmlinuz-{KERNEL}").write_text("")
-    (layer / "lib/modules" / KERNEL / "build").mkdir(parents=True, exist_ok=True)
+    merged = base is not None and (base / "lib").is_symlink()
+    modules = "usr/lib/modules" if merged else "lib/modules"
+    (layer / modules / KERNEL / "build").mkdir(parents=True, exist_ok=True)
     for name, text in (("modinfo", MODINFO), ("mokutil", MOKUTIL)):
         p = layer / "usr/local/sbin" / name
         p.parent.mkdir(parents=True, exist_ok=True)

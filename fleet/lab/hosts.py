@@ -133,7 +133,7 @@ def write_layer(paths: LabPaths, base: Path, repo_url: str) -> None:
                 (L / d / name).chmod(0o755)
     (L / "usr/local/bin/fleet-lab-bench").write_text(BENCH_SCRIPT)
     (L / "usr/local/bin/fleet-lab-bench").chmod(0o755)
-    lab_boot.write_layer(L)  # /boot, headers, fake modinfo and mokutil
+    lab_boot.write_layer(L, base)  # /boot, headers, fake modinfo and mokutil
     (L / "usr/local/lib/fleet-lab/model_server.py").write_text(MODEL_SERVER_SCRIPT)
     # the shared root must stay 0755 or sshd's StrictModes refuses the authorized_keys
     L.chmod(0o755)

@@ -80,8 +80,8 @@ def _fixes(kernel: str, driver: str, boot: BootFacts, os_family: str) -> str:
     if running and running != kernel:
         pin = (f"grubby --set-default /boot/vmlinuz-{running}" if os_family == "rhel"
                else f"grub-set-default the entry of {running} (GRUB_DEFAULT=saved)")
-        out.append(f"or keep booting {running}: `{pin}`, and hold the kernel "
-                   "(pool `kernel: {hold: true}`)")
+        out.append(f"or keep booting {running}: `{pin}`, and hold the "
+                   "kernel packages (apt-mark hold / dnf versionlock)")
     return "; ".join(out)
 
 

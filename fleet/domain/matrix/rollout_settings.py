@@ -154,19 +154,9 @@ class RolloutSettings(_Model):
 SecureBootPolicy = Literal["required", "forbidden", "any"]
 
 
-class KernelSettings(_Model):
-    """What fleet does to the kernel packages of a pool's hosts."""
-
-    hold: bool = Field(
-        default=False,
-        description="While a release is pinned, hold the kernel packages (apt-mark hold, dnf "
-                    "versionlock), so unattended upgrades cannot move the kernel under the "
-                    "driver; released by the pin of a pool without it.")
-
-
 class PoolSettings(_Model):
-    """A pool's role (canary or not), its GPU model, its rollout settings, its Secure Boot
-    policy (checked by `node.next_boot`) and its kernel hold."""
+    """A pool's role (canary or not), its GPU model, its rollout settings and its Secure Boot
+    policy (checked by `node.next_boot`)."""
 
     canary: bool = False
     gpu_model: str | None = Field(
@@ -176,7 +166,6 @@ class PoolSettings(_Model):
     secure_boot: SecureBootPolicy = Field(
         default="any", description="required: hosts must boot with Secure Boot on; forbidden: "
                                    "off; any: either (the module must then load either way).")
-    kernel: KernelSettings = KernelSettings()
 
 
 def wave_sizes(serial: list[int | str], n_hosts: int) -> list[int]:

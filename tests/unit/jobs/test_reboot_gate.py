@@ -64,7 +64,7 @@ def test_newer_default_kernel_without_module_is_refused_with_the_fixes() -> None
                           f"no nvidia {DRV} module")
     assert f"install linux-headers-{NEW}, then `dkms autoinstall -k {NEW}`" in msg
     assert f"linux-modules-nvidia-580-server-open-{NEW}" in msg
-    assert f"keep booting {OLD}" in msg and "hold: true" in msg
+    assert f"keep booting {OLD}" in msg and "apt-mark hold" in msg
     el = judge_next_boot("h8", BootFacts.model_validate(
         boot_facts("rhel", DRV, new_kernel=True)), DRV, os_family="rhel")
     new_el = KERNELS["rhel"][1]
@@ -303,3 +303,18 @@ def test_drift_judges_the_next_boot_kernel_against_the_constraint(matrix: Matrix
     d = audit_host(DriftInput(host=ref.name, pool=ref.pool, reachable=True, facts=facts), m)
     assert any(x.component == "next-boot kernel" and x.have == NEW for x in d.differences)
     assert not any(x.component == "kernel" for x in d.differences)  # the running one is fine
+
+
+def test_pool_secure_boot_policy_is_validated(tmp_path: Path) -> None:
+    from fleet.errors import BadInput
+
+    text = (ROOT / "matrices" / "example.yaml").read_text()
+    ok = tmp_path / "ok.yaml"
+    ok.write_text(text.replace("\n  h100:\n", "\n  h100:\n    secure_boot: required\n", 1))
+    m = load_matrix(ok, today=date(2025, 6, 1)).matrix
+    assert m.pools["h100"].secure_boot == "required"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text.replace("\n  h100:\n", "\n  h100:\n    secure_boot: sometimes\n", 1))
+    with pytest.raises(BadInput) as e:
+        load_matrix(bad, today=date(2025, 6, 1))
+    assert "secure_boot" in str(e.value) and "bad.yaml" in str(e.value)
