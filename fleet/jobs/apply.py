@@ -227,7 +227,8 @@ def pin_hosts(
             for name, booted in gated.results.items():
                 results[name].rebooted = booted.ok
                 if not booted.ok:
-                    results[name].outcome, results[name].error = "failed", booted.error
+                    results[name].outcome = "failed" if booted.reachable else "unreachable"
+                    results[name].error = booted.error
                 if name in gated.refused:  # not rebooted: the gate's finding says why
                     results[name].findings = [gated.refused[name]]
         verify = [n for n in names if results[n].outcome == "would_change"]

@@ -318,3 +318,30 @@ def test_pool_secure_boot_policy_is_validated(tmp_path: Path) -> None:
     with pytest.raises(BadInput) as e:
         load_matrix(bad, today=date(2025, 6, 1))
     assert "secure_boot" in str(e.value) and "bad.yaml" in str(e.value)
+
+
+def test_a_kill_around_the_gate_resumes_without_rebooting_the_broken_host(
+        matrix: Matrix, tmp_path: Path) -> None:
+    """Kill the controller at every step boundary around the reboot step (and the rollback
+    after it), resume: the host whose next-boot kernel has no module is never rebooted."""
+    from fleet.sim import HostFaults
+    from tests.unit.rollout.test_crash_resume import POOLS, _run_crashed
+
+    bad = "h100-canary-00001"
+    build: dict[str, Any] = {"faults": {bad: HostFaults(kernel_without_module=True)}}
+    labels: list[str] = []
+    (tmp_path / "clean").mkdir()
+    clean = Rig(matrix, tmp_path / "clean", pools=POOLS, **build)
+    boot0 = clean.fleet.probe_document(bad)["identity"]["boot_id"]
+    status = clean.start(engine=clean.engine(checkpoint=labels.append)).status
+    assert clean.fleet.probe_document(bad)["identity"]["boot_id"] == boot0
+    around = [k for k, label in enumerate(labels, 1)
+              if "reboot" in label or "rollback" in label or "apply:end" in label]
+    assert around
+    for k in around:
+        where = tmp_path / f"k{k}"
+        where.mkdir()
+        rig, res = _run_crashed(matrix, where, k, **build)
+        assert res.status == status, (k, labels[k - 1], res.reason)
+        assert rig.fleet.probe_document(bad)["identity"]["boot_id"] == boot0, labels[k - 1]
+        assert rig.problems(res.rollout_id) == [], k
