@@ -2,7 +2,7 @@
 from facts (pure).
 
 Shared by the ORM writers (`fleet.jobs.record`) and the stdlib writer `fleet probe` uses on a
-SQLite history (`fleet.history_lite`), so all of them store the same rows.
+SQLite history (`fleet.history.lite`), so all of them store the same rows.
 """
 
 from __future__ import annotations

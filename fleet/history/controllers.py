@@ -29,8 +29,8 @@ from sqlmodel import Session, col, select
 
 from fleet.domain.gates import TERMINAL
 from fleet.history.engine import History
+from fleet.history.lite import require_aware
 from fleet.history.models import Event, Host, HostStep, Rollout
-from fleet.history_lite import require_aware
 
 ACTIVE = ("running", "paused", "aborting", "rolling_back")
 _PG_START_LOCK = 0x666C_7472  # "fltr": one key serialises rollout starts across controllers

@@ -18,7 +18,7 @@ from sqlalchemy.engine import URL
 
 from fleet.errors import BadInput, CouldNotComplete
 from fleet.history.connection import READ_ONLY, History, sqlite_file, translate_errors
-from fleet.history_lite import BUSY_TIMEOUT_S, file_head
+from fleet.history.lite import BUSY_TIMEOUT_S, file_head
 
 __all__ = ["History", "at_head", "file_head", "open_history", "parse_target",
            "translate_errors"]

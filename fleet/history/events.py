@@ -13,8 +13,8 @@ from sqlalchemy import func
 from sqlmodel import Session, col, select
 
 from fleet.history.engine import History
+from fleet.history.lite import os_actor, require_aware
 from fleet.history.models import Event, utcnow
-from fleet.history_lite import os_actor, require_aware
 
 
 def record_event(

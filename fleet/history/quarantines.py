@@ -21,9 +21,9 @@ from sqlmodel import Session, col, func, select
 
 from fleet.history.engine import History
 from fleet.history.events import record_event
+from fleet.history.lite import require_aware
 from fleet.history.models import Event, Host, Quarantine
 from fleet.history.store import _upsert_host
-from fleet.history_lite import require_aware
 
 _PG_BUDGET_LOCK = 0x666C_7471  # "fltq": one key serialises quarantine budgets across runs
 

@@ -50,8 +50,8 @@ from fleet.domain.retention import (
 from fleet.domain.trend_report import SERIES_FIELDS
 from fleet.history.engine import History
 from fleet.history.events import record_event
+from fleet.history.lite import require_aware
 from fleet.history.models import Finding, GpuRollup, GpuSample, Snapshot
-from fleet.history_lite import require_aware
 
 _PG_PRUNE_LOCK = 0x666C656574 + 1  # next to the migration lock: one prune at a time per server
 SAMPLE_COLUMNS: tuple[str, ...] = SERIES_FIELDS[1:]

@@ -25,8 +25,8 @@ from fleet.errors import CouldNotComplete
 from fleet.history.controllers import ACTIVE as _ACTIVE
 from fleet.history.controllers import holders_in, lost_reason, serialise_starts
 from fleet.history.engine import History
+from fleet.history.lite import require_aware
 from fleet.history.models import Event, Host, HostStep, Rollout, Wave
-from fleet.history_lite import require_aware
 
 ACTIVE = _ACTIVE
 """Statuses of a rollout that is not finished: it holds its pools."""

@@ -15,6 +15,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, func, select
 
 from fleet.history.engine import History
+from fleet.history.lite import require_aware
 from fleet.history.models import Finding as FindingRow
 from fleet.history.models import (
     FindingBase,
@@ -24,7 +25,6 @@ from fleet.history.models import (
     Snapshot,
     utcnow,
 )
-from fleet.history_lite import require_aware
 
 GpuCounters = GpuSampleBase
 """Input for one GPU's counters in `add_snapshot` (validated pydantic model)."""

@@ -21,7 +21,7 @@ from typing import Any, cast
 from sqlalchemy import Connection, text
 
 from fleet.domain.trend_prefix import condensed
-from fleet.history_lite import require_aware
+from fleet.history.lite import require_aware
 
 SPLIT_MARGIN = dt.timedelta(seconds=1)
 """The condensed samples end this long before the window: the readers' epoch times are rounded

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from fleet.domain.facts import HostFacts
     from fleet.domain.matrix.models import Matrix
     from fleet.history import History
-    from fleet.history_lite import EventRow, ProbeRow
+    from fleet.history.lite import EventRow, ProbeRow
 
 
 @dataclass
@@ -84,7 +84,7 @@ def probe_inventory(
     host's kernel-log cursor from it). An error in the matrix or the history stops the run
     before anything runs on a host. `history_file` (the `--db` value, with `history` a
     callable opening it): when it is a SQLite file at the schema head, the cursors are read
-    from it and the results written to it with the stdlib (`fleet.history_lite`), and the
+    from it and the results written to it with the stdlib (`fleet.history.lite`), and the
     history layer (SQLAlchemy) is never loaded.
     """
     from fleet.remote.backend import SshBackend
@@ -103,7 +103,7 @@ def probe_inventory(
     names = backend.names()
     quick = None
     if history_file is not None and callable(history):
-        from fleet.history_lite import sqlite_cursors
+        from fleet.history.lite import sqlite_cursors
 
         quick = sqlite_cursors(history_file, names)
     ready: dict[str, Any] = {}
@@ -147,7 +147,7 @@ def probe_inventory(
     taken = now()
     event = _event(results, limit, via, partition)
     if quick is not None and history_file is not None and "history" not in ready:
-        from fleet.history_lite import sqlite_record_probe
+        from fleet.history.lite import sqlite_record_probe
 
         ids = sqlite_record_probe(history_file, [_lite_row(r) for r in results],
                                   taken_at=taken, event=event)
@@ -195,7 +195,7 @@ def _judge(refs: Sequence[Any], answers: dict[str, Any], expect: dict[str, Any],
 
 def _event(results: Sequence[ProbeResult], limit: Sequence[str] | None, via: str,
            partition: str | None) -> EventRow:
-    from fleet.history_lite import EventRow
+    from fleet.history.lite import EventRow
 
     data: dict[str, Any] = {"hosts": [r.host for r in results]}
     if via == "slurm":
@@ -208,7 +208,7 @@ def _event(results: Sequence[ProbeResult], limit: Sequence[str] | None, via: str
 def _lite_row(r: ProbeResult) -> ProbeRow:
     """What `_record` stores for the result, for the stdlib writer."""
     from fleet.domain.snapshot_rows import gpu_model, snapshot_columns
-    from fleet.history_lite import ProbeRow
+    from fleet.history.lite import ProbeRow
 
     if r.facts is None:
         return ProbeRow(r.host, "none", r.reachable, {"error": r.error}, pool=r.pool)

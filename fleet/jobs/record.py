@@ -40,7 +40,7 @@ def kernel_cursors(history: History, hosts: Sequence[str]) -> dict[str, str | No
     """Each host's kernel-log cursor: that of its newest reachable snapshot whose probe read
     the kernel log. A probe that reached the host and failed (or an imported capture) holds no
     kernel-log read, and the next probe must go on from the last good cursor, not read the
-    whole boot again and count its Xids twice (`fleet.history_lite.sqlite_cursors` alike)."""
+    whole boot again and count its Xids twice (`fleet.history.lite.sqlite_cursors` alike)."""
     out: dict[str, str | None] = dict.fromkeys(hosts)
     if not hosts:
         return out

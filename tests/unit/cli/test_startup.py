@@ -81,8 +81,9 @@ def test_help_and_version_import_no_heavy_library(args: list[str]) -> None:
 
 
 def test_the_check_sees_a_heavy_import() -> None:
-    """The same harness, with the history imported as a command module used to: it is seen."""
-    code, heavy, _ = _start(["probe", "--help"], extra=("fleet.history",))
+    """The same harness, with the history's engine imported as a command module used to: it is
+    seen."""
+    code, heavy, _ = _start(["probe", "--help"], extra=("fleet.history.engine",))
     assert code == 0
     assert {"sqlalchemy", "sqlmodel", "pydantic"} <= set(heavy)
 

@@ -21,14 +21,14 @@ from fleet.domain.checks import run_checks
 from fleet.domain.facts import HostFacts
 from fleet.errors import CouldNotComplete
 from fleet.history import add_snapshot, latest_snapshots, list_events, open_history
-from fleet.history.models import FindingBase, GpuSampleBase
-from fleet.history_lite import (
+from fleet.history.lite import (
     FINDING_COLUMNS,
     GPU_COLUMNS,
     EventRow,
     ProbeRow,
     sqlite_record_probe,
 )
+from fleet.history.models import FindingBase, GpuSampleBase
 from fleet.jobs.probe import ProbeResult, _lite_row, _record
 from tests.unit.probe.test_checks import EXP, gpu, healthy
 

@@ -16,7 +16,7 @@ import pytest
 import fleet.remote.probe_fact as probe_fact
 from fleet.errors import BadInput
 from fleet.history import add_snapshot, latest_snapshots, list_events, open_history
-from fleet.history_lite import sqlite_cursors
+from fleet.history.lite import sqlite_cursors
 from fleet.jobs.probe import probe_inventory
 from fleet.jobs.record import kernel_cursors
 from tests.unit.jobs.test_probe_job import local_probe_lines, write_inventory

@@ -32,7 +32,7 @@ from typing import Any
 
 from fleet.errors import CouldNotComplete
 
-_VERSIONS = Path(__file__).resolve().parent / "history" / "migrations" / "versions"
+_VERSIONS = Path(__file__).resolve().parent / "migrations" / "versions"
 _REVISION = re.compile(r"^revision\s*(?::[^=]*)?=\s*['\"]([^'\"]+)['\"]\s*$", re.M)
 _DOWN = re.compile(r"^down_revision\s*(?::[^=]*)?=\s*(.+?)\s*$", re.M)
 _ONE = re.compile(r"^(None|['\"]([^'\"]+)['\"])$")
