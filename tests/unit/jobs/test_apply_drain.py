@@ -127,7 +127,8 @@ def test_someone_elses_drain_with_no_job_list_is_never_rebooted(
     before = fleet.installed_release(host)
     reboots: list[str] = []
     real_reboot = fleet.reboot
-    fleet.reboot = lambda hs: (reboots.extend(hs), real_reboot(hs))[1]  # type: ignore[method-assign]
+    fleet.reboot = (  # type: ignore[method-assign]
+        lambda hs, **kw: (reboots.extend(hs), real_reboot(hs, **kw))[1])
     with open_history(str(tmp_path / "h.db")) as history:
         out = pin_hosts(fleet, history, matrix, {host: matrix.release("r595-cuda13.2")},
                         now=clock, scheduler=sched, sleep=clock.advance)

@@ -60,7 +60,7 @@ class RebootLog:
         self.undrained: list[tuple[str, str]] = []
         orig = fleet.reboot
 
-        def reboot(hosts: Any) -> Any:
+        def reboot(hosts: Any, *, gate: Any) -> Any:
             for h in hosts:
                 self.rebooted.append(h)
                 a = self.sched.state(h)
@@ -68,7 +68,7 @@ class RebootLog:
                     self.busy.append((h, f"{a.state} ({a.reason})"))
                 if a.state not in ("drained", "draining", "down"):
                     self.undrained.append((h, a.state))
-            return orig(hosts)
+            return orig(hosts, gate=gate)  # the gate's pass goes on to the fleet, which checks it
 
         fleet.reboot = reboot  # type: ignore[method-assign]
 

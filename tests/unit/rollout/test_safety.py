@@ -306,8 +306,8 @@ def test_heartbeat_stays_fresh_through_a_long_reboot(matrix: Matrix, tmp_path: P
     orig = rig.fleet.reboot
     refused: list[str] = []
 
-    def slow_reboot(hs: Any) -> Any:
-        out = orig(hs)
+    def slow_reboot(hs: Any, *, gate: Any) -> Any:
+        out = orig(hs, gate=gate)
         for _ in range(7):  # POST and boot: the timer fires every minute meanwhile
             wall["t"] += timedelta(seconds=60)
             ticker.fire()
@@ -337,11 +337,11 @@ def test_heartbeat_lets_a_hung_controller_go_stale(matrix: Matrix, tmp_path: Pat
     eng.wall = lambda: (beats.append(rig.clock()), rig.clock())[1]  # type: ignore[method-assign]
     orig = rig.fleet.reboot
 
-    def hung_reboot(hs: Any) -> Any:
+    def hung_reboot(hs: Any, *, gate: Any) -> Any:
         n = len(beats)
         ticker.fire()
         assert len(beats) == n  # quiet for longer than the limit: no beat
-        return orig(hs)
+        return orig(hs, gate=gate)
 
     rig.fleet.reboot = hung_reboot  # type: ignore[method-assign]
     assert rig.start(engine=eng).status == "completed"
