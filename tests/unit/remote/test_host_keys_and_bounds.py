@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import resource
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import paramiko
@@ -18,20 +17,6 @@ from fleet.errors import BadInput
 from fleet.remote.backend import SshBackend
 from fleet.remote.bounded import MiB
 from fleet.remote.ssh_exec import SshTarget, run_everywhere
-
-
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    h = tmp_path / "home"
-    (h / ".ssh").mkdir(parents=True)
-    monkeypatch.setenv("HOME", str(h))
-    return h
-
-
-@pytest.fixture
-def server() -> Iterator[Server]:
-    with loopback_sshd() as s:
-        yield s
 
 
 def _exec(inv: Path, command: str = "true", **kw: float) -> object:

@@ -4,30 +4,15 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import paramiko
 import pytest
-from loopback_sshd import Server, loopback_sshd
+from loopback_sshd import Server
 
 from fleet.remote.backend import SshBackend
 from fleet.remote.hostkeys import fingerprint, key_target, known_keys, trust
-
-
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    h = tmp_path / "home"
-    (h / ".ssh").mkdir(parents=True)
-    monkeypatch.setenv("HOME", str(h))
-    return h
-
-
-@pytest.fixture
-def server() -> Iterator[Server]:
-    with loopback_sshd() as s:
-        yield s
 
 
 def _events(db: Path) -> list[Any]:
