@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -121,6 +122,7 @@ class Machines:
         self.netns_ok = os.geteuid() == 0 and shutil.which("ip") is not None
         self.mode = "netns" if self.netns_ok else "processes"
         self.created: list[str] = []
+        self.links: list[str] = []
         self.relay: Relay | None = None
         self.machines: list[Machine] = []
         if not self.netns_ok:
@@ -128,12 +130,13 @@ class Machines:
             return
         self.relay = Relay(url.host or "127.0.0.1", url.port or 5432)
         try:
-            for i in range(n):
+            for i, octet in enumerate(_free_subnets(n)):
                 ns, here, there = f"fc{self.tag}{i}", f"fh{self.tag}{i}", f"fn{self.tag}{i}"
-                near, far = f"10.213.{i}.1", f"10.213.{i}.2"
+                near, far = f"10.213.{octet}.1", f"10.213.{octet}.2"
                 _ip("netns", "add", ns)
                 self.created.append(ns)
                 _ip("link", "add", here, "type", "veth", "peer", "name", there, "netns", ns)
+                self.links.append(here)
                 _ip("addr", "add", f"{near}/30", "dev", here)
                 _ip("link", "set", here, "up")
                 _ip("-n", ns, "addr", "add", f"{far}/30", "dev", there)
@@ -155,9 +158,27 @@ class Machines:
     def close(self) -> None:
         if self.relay is not None:
             self.relay.close()
-        for ns in self.created:  # the veth pair goes with its namespace
+        # Delete our ends of the veth pairs first: a deleted namespace lives on (unnamed) while
+        # its orphaned TCP sockets time out, and would keep each pair and its address alive.
+        for link in self.links:
+            subprocess.run(["ip", "link", "del", link], capture_output=True, check=False)
+        for ns in self.created:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
-        self.created = []
+        self.created, self.links = [], []
+
+
+def _free_subnets(n: int) -> list[int]:
+    """n third octets of 10.213.X.0/30 that no interface here holds yet.
+
+    A fixed choice collides with the lingering links of an earlier run (see `close`): two routes
+    to one /30, replies leave by the dead link, and every controller's connect times out."""
+    cp = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True,
+                        check=False)
+    used = {int(m) for m in re.findall(r"inet 10\.213\.(\d+)\.", cp.stdout)}
+    free = [x for x in range(256) if x not in used]
+    if len(free) < n:
+        raise RuntimeError(f"only {len(free)} free subnets in 10.213.0.0/16 for {n} controllers")
+    return free[:n]
 
 
 def _ip(*args: str) -> None:
@@ -174,7 +195,8 @@ def wait_file(path: Path, proc: subprocess.Popen[bytes], timeout: float = 60) ->
     while not path.exists():
         if proc.poll() is not None:
             out = proc.stdout.read().decode() if proc.stdout else ""
-            raise AssertionError(f"worker exited {proc.returncode} before {path.name}: {out}")
+            raise AssertionError(f"worker exited {proc.returncode} before {path.name}: {out}"
+                                 f"{_worker_error(proc)}")
         if time.monotonic() > end:
             raise AssertionError(f"worker did not reach {path.name} in {timeout} s")
         time.sleep(0.05)
@@ -185,3 +207,13 @@ def finish(proc: subprocess.Popen[bytes], out: Path, timeout: float = 120) -> di
     text = proc.communicate(timeout=timeout)[0].decode()
     assert out.exists(), f"worker wrote no result (exit {proc.returncode}): {text}"
     return dict(json.loads(out.read_text()), output=text, exit=proc.returncode)
+
+
+def _worker_error(proc: subprocess.Popen[bytes]) -> str:
+    """The error a worker wrote to its result file (it exits 0 and reports there)."""
+    try:
+        argv = list(proc.args) if isinstance(proc.args, list) else []
+        out = Path(json.loads(str(argv[-1]))["out"])
+        return "\n" + str(json.loads(out.read_text()).get("error", ""))
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return ""
