@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fleet.domain.boot_facts import BootFacts
 from fleet.domain.fact_base import FactsModel
+from fleet.domain.node_facts import FabricManagerFacts, GpuNodeState
 
 FactsSource = Literal[
     "nvml", "nvidia-smi", "nvidia-smi-xml", "nvidia-smi-q", "nvidia-smi-csv", "none"
@@ -81,7 +82,9 @@ class RemapHistogram(BaseModel):
     none: int
 
 
-class GpuFacts(_Facts):
+class GpuFacts(GpuNodeState):
+    """One GPU; its node-state fields (VBIOS, clocks, MIG devices, ...) come from GpuNodeState."""
+
     index: int | None = None
     name: str | None = None
     uuid: str | None = None
@@ -293,6 +296,8 @@ class HostFacts(_Facts):
     probe_cpu_ms: float | None = None
     pci_gpus: list[PciGpu] | None = None
     upgrade_guard: UpgradeGuard | None = None
+    fabric_manager: FabricManagerFacts | None = None
+    """Fabric Manager's service and version (None: not collected; see fleet.domain.node_facts)."""
 
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 

@@ -643,7 +643,92 @@ def gpu_from_tree(g, index=None):
                 action = "None"
     action = _text(action) if action is not None else None
     out["recovery_action"] = action.lower() if isinstance(action, str) else action
+    out.update(node_state_from_tree(g))
     return out
+
+
+_COMPUTE_MODES = {
+    "default": "default",
+    "exclusive_process": "exclusive_process",
+    "exclusive_thread": "exclusive_thread",
+    "prohibited": "prohibited",
+}
+
+
+def _absent(value, what):
+    """A field this capture has no element for is unreadable, never a healthy default."""
+    return err("not_in_capture", what) if value is None else value
+
+
+def node_state_from_tree(g):
+    """Node-state fields (fleet.domain.node_facts) from a normalized `nvidia-smi -q[ -x]` GPU
+    subtree. What a capture has no element for is unreadable ("not_in_capture")."""
+    out = {}
+    out["vbios_version"] = _absent(_text(_get(g, "vbios_version")), "vbios_version")
+    for key, tag in (("inforom_image", "img_version"), ("inforom_oem", "oem_object"),
+                     ("inforom_ecc", "ecc_object"), ("inforom_pwr", "pwr_object")):
+        out[key] = _absent(_text(_get(g, "inforom_version/" + tag)), "inforom_version/" + tag)
+    gsp = _get(g, "gsp_firmware_version")
+    if gsp is None:
+        out["gsp_firmware_version"] = out["gsp_mode"] = err("not_in_capture",
+                                                            "gsp_firmware_version")
+    else:
+        version = _text(gsp)
+        out["gsp_firmware_version"] = version
+        if isinstance(version, str):
+            out["gsp_mode"] = True
+        elif version.get("error") == "not_available":
+            out["gsp_mode"] = False  # nvidia-smi prints N/A when the GPU runs no GSP firmware
+        else:
+            out["gsp_mode"] = version
+    mode = _text(_get(g, "compute_mode"))
+    if isinstance(mode, str):
+        mode = _COMPUTE_MODES.get(mode.lower().replace(" ", "_"), err("unparsable", mode))
+    out["compute_mode"] = _absent(mode, "compute_mode")
+    for key, tag in (("power_limit_default_w", "default_power_limit"),
+                     ("power_limit_min_w", "min_power_limit"),
+                     ("power_limit_max_w", "max_power_limit")):
+        value = _get(g, "gpu_power_readings/" + tag, "power_readings/" + tag)
+        out[key] = _absent(_num(value, float), tag)
+    for section in ("applications_clocks", "default_applications_clocks"):
+        prefix = "clocks_" + ("default_applications" if section.startswith("default")
+                              else "applications")
+        for kind, tag in (("graphics", "graphics_clock"), ("memory", "mem_clock")):
+            out[f"{prefix}_{kind}_mhz"] = _absent(_num(_get(g, section + "/" + tag)),
+                                                  section + "/" + tag)
+    # Neither -q nor -q -x shows clocks locked with -lgc or the NVLink states.
+    out["clocks_locked_graphics_mhz"] = err("not_in_capture", "locked clocks")
+    out["nvlink_links"] = err("not_in_capture", "nvlink states")
+    out["mig_devices"] = _mig_devices(_get(g, "mig_devices"))
+    for key in ("state", "status"):
+        value = _text(_get(g, "fabric/" + key))
+        out["fabric_" + key] = _absent(value.lower() if isinstance(value, str) else value,
+                                       "fabric/" + key)
+    return out
+
+
+def _mig_devices(node):
+    if node is None:
+        return err("not_in_capture", "mig_devices")
+    if isinstance(node, str):
+        return [] if node.strip().lower() == "none" else err(na_reason(node))
+    items = node.get("mig_device", [])
+    devices = []
+    for d in items if isinstance(items, list) else [items]:
+        if not isinstance(d, dict):
+            continue
+        mem = _num(_get(d, "fb_memory_usage/total", "shared_fb_memory_usage/total"))
+        sms = _num(_get(d, "device_attributes/shared/multiprocessor_count"))
+        gi = _num(_get(d, "gpu_instance_id"))
+        ci = _num(_get(d, "compute_instance_id"))
+        devices.append({
+            "gpu_instance_id": gi if isinstance(gi, int) else None,
+            "compute_instance_id": ci if isinstance(ci, int) else None,
+            "profile": None,  # nvidia-smi -q[ -x] names no profile
+            "memory_mib": mem if isinstance(mem, int) else None,
+            "multiprocessor_count": sms if isinstance(sms, int) else None,
+        })
+    return devices
 
 
 def _etree_to_tree(elem):
@@ -654,6 +739,9 @@ def _etree_to_tree(elem):
         node["@" + k] = v
     for child in elem:
         value = _etree_to_tree(child) if len(child) or child.attrib else (child.text or "").strip()
+        if child.tag == "mig_device":  # every MIG device counts
+            node.setdefault("mig_device", []).append(value)
+            continue
         if child.tag in node:
             continue  # keep the first (e.g. repeated process_info)
         node[child.tag] = value

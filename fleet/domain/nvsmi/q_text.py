@@ -50,6 +50,12 @@ _RENAMES: dict[tuple[str, str], str] = {
     ("remapped_rows", "remapping_failure_occurred"): "remapped_row_failure",
     ("remapped_rows", "bank_remap_availability_histogram"): "row_remapper_histogram",
     ("power_readings", "power_limit"): "power_limit",
+    ("inforom_version", "image_version"): "img_version",
+    ("inforom_version", "power_management_object"): "pwr_object",
+    ("applications_clocks", "graphics"): "graphics_clock",
+    ("applications_clocks", "memory"): "mem_clock",
+    ("default_applications_clocks", "graphics"): "graphics_clock",
+    ("default_applications_clocks", "memory"): "mem_clock",
 }
 _REASON_RENAMES = {"idle": "gpu_idle", "display_clocks_setting": "display_clock_setting"}
 
@@ -100,7 +106,12 @@ def text_to_tree(text: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
             stack.pop()
         parent_key, parent = stack[-1][1], stack[-1][2]
         key = _rename(parent_key, _key(label))
-        if value is None:
+        if value is None and (parent_key, key) == ("gpu", "mig_device"):
+            # Repeated sections: each "MIG Device" is one more device, as in the XML.
+            device: dict[str, Any] = {}
+            parent.setdefault("mig_devices", {}).setdefault("mig_device", []).append(device)
+            stack.append((indent, key, device))
+        elif value is None:
             child: dict[str, Any] = {}
             parent.setdefault(key, child)
             if isinstance(parent[key], dict):
@@ -111,6 +122,8 @@ def text_to_tree(text: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
             parent.setdefault(key, value.strip())
             stack.append((indent, parent_key, parent))
     for g in gpus:
+        if "mig_mode" in g and "mig_devices" not in g:
+            g["mig_devices"] = "None"  # a MIG-capable GPU's -q lists each device; none listed
         rp = g.get("retired_pages")
         if isinstance(rp, dict):
             g["retired_pages"] = _retired_pages(rp)
