@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
@@ -18,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 from fleet.domain.matrix import rules
 from fleet.domain.matrix.models import Matrix
+from fleet.domain.matrix.profiles import MigPartedFile
 from fleet.domain.yaml_source import SourceMap, format_path, read_yaml
 from fleet.errors import BadInput, Problem
 
@@ -39,6 +41,13 @@ class LoadedMatrix:
     path: str | None = None
 
 
+def _reader_beside(matrix_path: str | Path) -> Callable[[str], str]:
+    """Reads a file named relative to the matrix's folder (a profile's mig-parted layout)."""
+    def read(relative: str) -> str:
+        return (Path(matrix_path).parent / relative).read_text(encoding="utf-8")
+    return read
+
+
 def load_matrix(path: str | Path, today: date | None = None) -> LoadedMatrix:
     """Load and validate a matrix file; `today` enables the end-of-life warnings."""
     name = str(path)
@@ -54,11 +63,13 @@ def load_matrix(path: str | Path, today: date | None = None) -> LoadedMatrix:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise BadInput.single(f"not UTF-8 text (byte {exc.start})", file=name) from None
-    return parse_matrix(text, name, today)
+    return parse_matrix(text, name, today, read_beside=_reader_beside(path))
 
 
-def parse_matrix(text: str, file: str = "<matrix>", today: date | None = None) -> LoadedMatrix:
-    """Validate matrix YAML given as text (see `load_matrix`)."""
+def parse_matrix(text: str, file: str = "<matrix>", today: date | None = None,
+                 read_beside: Callable[[str], str] | None = None) -> LoadedMatrix:
+    """Validate matrix YAML given as text (see `load_matrix`); `read_beside` reads the files a
+    matrix names relative to its folder (None: such a reference is an error)."""
     doc = read_yaml(text, file)
     problems = list(doc.problems)
     if doc.data is None and not problems:
@@ -76,8 +87,13 @@ def parse_matrix(text: str, file: str = "<matrix>", today: date | None = None) -
             matrix = Matrix.model_validate(doc.data)
         except ValidationError as exc:
             problems += _pydantic_problems(exc, doc.data, doc.source, file)
+    beside: dict[str, tuple[str, SourceMap]] = {}
     if matrix is not None:
-        problems += [_locate(p, doc.source, file) for p in rules.check(matrix, today)]
+        matrix, beside, found = read_mig_files(matrix, file, read_beside)
+        problems += found
+    if matrix is not None:
+        problems += [_locate_beside(p, doc.source, file, beside)
+                     for p in rules.check(matrix, today)]
     problems = _sorted(problems)
     if matrix is None or any(p.severity == "error" for p in problems):
         raise BadInput(problems)
@@ -86,7 +102,65 @@ def parse_matrix(text: str, file: str = "<matrix>", today: date | None = None) -
 
 def _sorted(problems: list[Problem]) -> list[Problem]:
     unique = list(dict.fromkeys(problems))
-    return sorted(unique, key=lambda p: (p.line or 0, p.field or "", p.message))
+    return sorted(unique, key=lambda p: (p.file or "", p.line or 0, p.field or "", p.message))
+
+
+def read_mig_files(
+    matrix: Matrix, file: str, read_beside: Callable[[str], str] | None
+) -> tuple[Matrix | None, dict[str, tuple[str, SourceMap]], list[Problem]]:
+    """Fill each profile's `mig.file` layout in from the file beside the matrix.
+
+    Returns the matrix (None when a layout could not be read), the field prefix -> (layout file,
+    its source map) of each file read (so rule problems name that file's lines), and problems."""
+    problems: list[Problem] = []
+    beside: dict[str, tuple[str, SourceMap]] = {}
+    profiles = dict(matrix.profiles)
+    for name, profile in matrix.profiles.items():
+        mig = profile.mig
+        if mig is None or mig.file is None:
+            continue
+        field = f"profiles.{name}.mig.file"
+        if read_beside is None:
+            problems.append(Problem(file, None, field, "a layout file needs the matrix read "
+                                    "from a file (fleet matrix check FILE)"))
+            continue
+        path = str(Path(file).parent / mig.file)
+        try:
+            text = read_beside(mig.file)
+        except (OSError, UnicodeDecodeError) as exc:
+            problems.append(Problem(file, None, field, f"cannot read {path}: "
+                                    f"{getattr(exc, 'strerror', None) or exc}"))
+            continue
+        doc = read_yaml(text, path)
+        problems += doc.problems
+        if doc.problems:
+            continue
+        if not isinstance(doc.data, dict):
+            problems.append(Problem(path, 1, None, "a mig-parted file is a mapping with "
+                                    "version and mig-configs"))
+            continue
+        try:
+            layout = MigPartedFile.model_validate(doc.data)
+        except ValidationError as exc:
+            problems += _pydantic_problems(exc, doc.data, doc.source, path)
+            continue
+        beside[f"profiles.{name}.mig.layout"] = (path, doc.source)
+        profiles[name] = profile.model_copy(update={
+            "mig": mig.model_copy(update={"layout": layout})})
+    if any(p.severity == "error" for p in problems):
+        return None, beside, problems
+    return matrix.model_copy(update={"profiles": profiles}), beside, problems
+
+
+def _locate_beside(problem: Problem, source: SourceMap, file: str,
+                   beside: dict[str, tuple[str, SourceMap]]) -> Problem:
+    """`_locate`, except that a field inside a layout read from its own file names that file."""
+    for prefix, (path, layout_source) in beside.items():
+        if problem.field is not None and problem.field.startswith(prefix + "."):
+            inner = problem.field[len(prefix) + 1:]
+            return Problem(path, layout_source.line_of(inner), inner, problem.message,
+                           problem.severity)
+    return _locate(problem, source, file)
 
 
 def _locate(problem: Problem, source: SourceMap, file: str) -> Problem:

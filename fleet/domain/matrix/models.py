@@ -21,6 +21,7 @@ from fleet.domain.matrix.base import Model as _Model
 from fleet.domain.matrix.frameworks import Frameworks
 from fleet.domain.matrix.hygiene_settings import HygieneSettings
 from fleet.domain.matrix.packages import default_names
+from fleet.domain.matrix.profiles import NodeProfile, best_key
 from fleet.domain.matrix.rollout_settings import CountOrPercent as CountOrPercent
 from fleet.domain.matrix.rollout_settings import DrainSettings as DrainSettings
 from fleet.domain.matrix.rollout_settings import GateSettings as GateSettings
@@ -367,6 +368,19 @@ class Matrix(_Model):
     policy: Policy
     pools: dict[Name, PoolSettings] = {}
     hygiene: HygieneSettings = HygieneSettings()
+    profiles: dict[Name, NodeProfile] = Field(
+        default={}, description="Named node profiles (GPU settings, MIG layout, firmware, "
+        "links) that pools select with pools.NAME.profile; see fleet.domain.matrix.profiles.")
+
+    def profile_for(self, pool: str, gpu_model: str | None = None) -> NodeProfile | None:
+        """The node profile a host of `pool` (with this GPU model) must match, or None."""
+        settings = self.pools.get(pool)
+        chosen = settings.profile if settings is not None else None
+        if isinstance(chosen, dict):
+            from_model = gpu_model or (settings.gpu_model if settings else None)
+            key = best_key(list(chosen), from_model) if from_model else None
+            chosen = chosen[key] if key is not None else None
+        return self.profiles.get(chosen) if chosen is not None else None
 
     def release(self, name: str) -> Release:
         """The release called `name`; KeyError when the matrix has none."""

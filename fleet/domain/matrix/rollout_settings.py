@@ -15,6 +15,7 @@ from pydantic import AfterValidator, BeforeValidator, Field, field_validator
 
 from fleet.domain.kube_selector import parse_selector
 from fleet.domain.matrix.base import Model as _Model
+from fleet.domain.matrix.profiles import PoolProfile
 
 _PERCENT_RE = re.compile(r"^([0-9]{1,3})%$")
 
@@ -166,6 +167,9 @@ class PoolSettings(_Model):
     secure_boot: SecureBootPolicy = Field(
         default="any", description="required: hosts must boot with Secure Boot on; forbidden: "
                                    "off; any: either (the module must then load either way).")
+    profile: PoolProfile | None = Field(
+        default=None, description="The node profile (matrix `profiles:`) its hosts must match: "
+        "a name, or GPU model -> name.")
 
 
 def wave_sizes(serial: list[int | str], n_hosts: int) -> list[int]:

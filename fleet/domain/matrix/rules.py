@@ -15,6 +15,7 @@ from fleet.domain import nvidia_data
 from fleet.domain.matrix.framework_check import framework_compatibility
 from fleet.domain.matrix.lifecycle import branch_lifecycle
 from fleet.domain.matrix.models import Matrix, Release
+from fleet.domain.matrix.profile_rules import PROFILE_RULES
 from fleet.domain.versions import branch_label, compare
 from fleet.errors import Problem
 
@@ -270,6 +271,7 @@ RULES: tuple[Rule, ...] = (
     blocked_versions,
     branch_lifecycle,
     framework_compatibility,
+    *PROFILE_RULES,
 )
 
 
