@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
 
-from fleet.cli.output import console, emit_json, error_document, esc, print_problems, stdout
+from fleet.cli.output import emit_json, error_document, esc, print_problems, stdout
+from fleet.cli.table import Grid, OutputOpt, show_all, wants_json
 from fleet.errors import BadInput, ExitCode, ProblemsFound
 
 if TYPE_CHECKING:  # the matrix models load pydantic: imported by the commands that load one
@@ -107,7 +107,7 @@ def check(file: FileArg, json: JsonOpt = False, today: TodayOpt = None) -> None:
     print_problems(problems)
     if strict:
         raise ProblemsFound(failure)
-    console.print(
+    stdout.print(
         f"[green]ok[/green]: {esc(file)}: {len(m.releases)} releases, {len(m.pools)} pools, "
         f"{len(loaded.warnings)} warning(s)"
     )
@@ -123,15 +123,14 @@ def _check_report(file: str, problems: list, valid: bool) -> dict[str, object]: 
 
 
 @app.command("show")
-def show(file: FileArg, json: JsonOpt = False) -> None:
+def show(file: FileArg, json: JsonOpt = False, output: OutputOpt = None) -> None:
     """Show the releases and pools of a valid matrix (JSON: the full model)."""
     loaded = _load(file)
-    if json:
+    if wants_json(json, output):
         emit_json(loaded.matrix.model_dump(mode="json"))
         return
     print_problems(loaded.warnings)
-    stdout.print(_releases_table(loaded.matrix))
-    stdout.print(_pools_table(loaded.matrix))
+    show_all([_releases_table(loaded.matrix), _pools_table(loaded.matrix)], output)
 
 
 def _roles(matrix: Matrix) -> dict[str, list[str]]:
@@ -146,12 +145,9 @@ def _roles(matrix: Matrix) -> dict[str, list[str]]:
     return roles
 
 
-def _releases_table(matrix: Matrix) -> Table:
-    table = Table(title="Releases")
-    for col in ("release", "branch", "driver", "flavor", "cuda"):
-        table.add_column(col, no_wrap=True)
-    table.add_column("companions")
-    table.add_column("roles")
+def _releases_table(matrix: Matrix) -> Grid:
+    table = Grid(("release", "branch", "driver", "flavor", "cuda", "companions", "roles"),
+                 title="Releases")
     roles = _roles(matrix)
     for rel in matrix.releases:
         comp = rel.companions.model_dump(exclude_none=True)
@@ -163,12 +159,9 @@ def _releases_table(matrix: Matrix) -> Table:
     return table
 
 
-def _pools_table(matrix: Matrix) -> Table:
-    table = Table(title="Pools")
-    for col in ("pool", "canary", "gpu", "golden", "previous"):
-        table.add_column(col, no_wrap=True)
-    for col in ("waves", "max unavail.", "bake"):
-        table.add_column(col)
+def _pools_table(matrix: Matrix) -> Grid:
+    table = Grid(("pool", "canary", "gpu", "golden", "previous", "waves", "max unavail.",
+                  "bake"), title="Pools")
     for pool, s in matrix.pools.items():
         r = s.rollout
         table.add_row(*(esc(c) for c in (
@@ -184,6 +177,7 @@ def diff(
     old: Annotated[Path, typer.Argument(help="The current matrix.", show_default=False)],
     new: Annotated[Path, typer.Argument(help="The proposed matrix.", show_default=False)],
     json: JsonOpt = False,
+    output: OutputOpt = None,
 ) -> None:
     """Per pool, how the golden release changes from OLD to NEW.
 
@@ -203,12 +197,11 @@ def diff(
     if problems:
         raise BadInput(problems)
     pools = diff_matrices(loaded[0].matrix, loaded[1].matrix)
-    if json:
+    if wants_json(json, output):
         emit_json({"old": str(old), "new": str(new), "pools": [p.as_dict() for p in pools]})
         return
-    table = Table(title=esc(f"{old} -> {new}"))
-    for col in ("pool", "golden", "component", "old", "new", "kind"):
-        table.add_column(col, no_wrap=col in ("pool", "component", "old", "new"))
+    table = Grid(("pool", "golden", "component", "old", "new", "kind"),
+                 title=esc(f"{old} -> {new}"))
     for p in pools:
         golden = f"{p.old_release or '-'} -> {p.new_release or '-'}"
         if not p.changes:
@@ -217,7 +210,7 @@ def diff(
             kind = c.kind + (f" ({c.direction})" if c.kind == "branch_switch" else "")
             table.add_row(*(esc(x) for x in (p.pool if i == 0 else "", golden if i == 0 else "",
                                              c.component, c.old or "-", c.new or "-", kind)))
-    stdout.print(table)
+    show_all([table], output)
 
 
 __all__ = ["app", "ExitCode"]

@@ -1,4 +1,11 @@
-"""Where output goes: machine JSON on stdout, human text (rich) on stderr.
+"""Where output goes: results on stdout, diagnostics on stderr, `--json` alone on stdout.
+
+- `stdout` (also `out`): a command's results: its tables (through `fleet.cli.table.show`),
+  verdicts and summaries, so `fleet check | grep` and `fleet history events > f` work as with
+  kubectl or gh. With `--json` (or `-o json`) it writes on stderr instead, so the one JSON
+  document stays alone on stdout whatever a command prints;
+- `console`: diagnostics: errors, warnings, progress, notes on what was done where;
+- `emit_json`: the JSON document.
 
 The operator contract (docs/exit-codes.md) is kept here and in `fleet.cli.app.run`:
 
@@ -71,10 +78,22 @@ class _LazyConsole:
         self._made().__exit__(*exc)
 
 
+    def _route(self, to_stderr: bool) -> None:
+        """Write on stderr (True) or stdout, without making the console."""
+        made = object.__getattribute__(self, "_console")
+        if made is None:
+            object.__getattribute__(self, "_options")["stderr"] = to_stderr
+        else:
+            made.stderr = to_stderr
+
+
 console = cast("Console", _LazyConsole(stderr=True, highlight=False, emoji=False))
-"""Human-facing output. stdout is reserved for `--json` and plain results."""
+"""Diagnostics: errors, warnings, progress, where a file was written. Always stderr."""
 
 stdout = cast("Console", _LazyConsole(highlight=False, soft_wrap=True, emoji=False))
+"""Results: tables, verdicts, summaries. stdout, or stderr under `--json` (see the module)."""
+
+out = stdout
 
 
 class _Quiet:
@@ -138,9 +157,16 @@ def emit_json(obj: Mapping[str, Any]) -> None:
     _State.emitted = True
 
 
-def start_command() -> None:
-    """A new command begins (`fleet.cli.app.run`; tests run several in one process)."""
+def start_command(json_out: bool = False) -> None:
+    """A new command begins (`fleet.cli.app.run`; tests run several in one process): with
+    `--json`, results text goes to stderr, beside the diagnostics."""
     _State.emitted = False
+    cast(_LazyConsole, stdout)._route(json_out)
+
+
+def result(text: str, *, markup: bool = True) -> None:
+    """One line of a command's result on stdout (markup read unless `markup=False`)."""
+    stdout.print(text, markup=markup, highlight=False, soft_wrap=True)
 
 
 def emitted() -> bool:
@@ -157,9 +183,20 @@ def error_document(code: int, message: str, where: Mapping[str, object] | None =
                   "field": where.get("field")},
     }
     listed = [p.as_dict() for p in problems]
+    if not listed and code == 2:  # bad input or usage: scripts read `problems` for every one
+        listed = [Problem(_str(where.get("file")), _int(where.get("line")),
+                          _str(where.get("field")), message).as_dict()]
     if listed:
         err["problems"] = listed
     return {"error": err}
+
+
+def _str(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) else None
 
 
 def emit_error(code: int, message: str, where: Mapping[str, object] | None = None,
