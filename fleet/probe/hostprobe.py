@@ -475,15 +475,35 @@ def _num(value, kind=int):
         return err("unparsable", v)
 
 
-def _flag(value, true_words=("enabled", "yes", "active", "on")):
+# The words nvidia-smi writes for a boolean (-q, -q -x, --format=csv). Anything else, such as
+# "Yes <note>", is unparsable: read as False it would pass a check it should fail.
+FLAG_TRUE = frozenset(("enabled", "yes", "active", "on", "true", "1"))
+FLAG_FALSE = frozenset(("disabled", "no", "not active", "inactive", "off", "false", "0"))
+
+
+def flag_word(v):
+    """True/False for a word nvidia-smi writes for a boolean, an error dict for anything else."""
+    w = " ".join(v.split()).lower()
+    if w in FLAG_TRUE:
+        return True
+    if w in FLAG_FALSE:
+        return False
+    return err("unparsable", v)
+
+
+def _unrecognised(value):
+    return is_err(value) and value["error"] in ("unparsable", "unexpected_structure")
+
+
+def _flag(value):
     if value is None:
         return None
     if isinstance(value, dict):
         return err("unexpected_structure")
-    v = value.strip().lower()
-    if v in _NA or v.startswith("["):
+    v = value.strip()
+    if v.lower() in _NA or v.startswith("["):
         return err(na_reason(v))
-    return v in true_words
+    return flag_word(v)
 
 
 def _text(value):
@@ -546,15 +566,18 @@ def gpu_from_tree(g, index=None):
     out["clock_max_mem_mhz"] = _num(_get(g, "max_clocks/mem_clock"))
     reasons = _get(g, "clocks_event_reasons", "clocks_throttle_reasons")
     if isinstance(reasons, dict):
-        active, mask = [], 0
+        active, mask, bad = [], 0, None
         for key, val in reasons.items():
             name = re.sub(r"^clocks_(?:(?:event|throttle)_)?reason_", "", key)
             name = {"display_clocks_setting": "display_clock_setting"}.get(name, name)
-            if isinstance(val, str) and val.strip().lower() == "active":
+            state = _flag(val) if isinstance(val, str) else err("unexpected_structure")
+            if state is True:
                 active.append(name)
                 mask |= dict((n, b) for b, n in CLOCK_EVENT_BITS).get(name, 0)
-        out["clock_event_reasons"] = sorted(active)
-        out["clock_event_reasons_mask"] = mask
+            elif state is not False and bad is None:
+                bad = state  # one reason unreadable: the set of active ones is unknown
+        out["clock_event_reasons"] = sorted(active) if bad is None else bad
+        out["clock_event_reasons_mask"] = mask if bad is None else None
     else:
         out["clock_event_reasons"] = err("not_available") if reasons is None else reasons
         out["clock_event_reasons_mask"] = None
@@ -635,13 +658,19 @@ def gpu_from_tree(g, index=None):
     if action is None:
         status = _get(g, "gpu_reset_status")
         if isinstance(status, dict):
-            if _flag(status.get("reset_required")) is True:
+            reset = _flag(status.get("reset_required"))
+            drain = _flag(status.get("drain_and_reset_recommended"))
+            if reset is True:
                 action = "Reset"
-            elif _flag(status.get("drain_and_reset_recommended")) is True:
+            elif drain is True:
                 action = "Drain and Reset"
+            elif _unrecognised(reset) or _unrecognised(drain):
+                # a value nvidia-smi does not write: unreadable, not "None" (N/A stays "None",
+                # GPUs without the field print it)
+                action = reset if _unrecognised(reset) else drain
             else:
                 action = "None"
-    action = _text(action) if action is not None else None
+    action = _text(action) if isinstance(action, str) else action
     out["recovery_action"] = action.lower() if isinstance(action, str) else action
     out.update(node_state_from_tree(g))
     return out

@@ -129,6 +129,26 @@ def recovery_action(facts: HostFacts, exp: Expectations, th: Thresholds) -> Iter
             )
 
 
+@check("gpu.unparsable", ("gpus.*",), "every GPU value the checks read is one fleet recognises")
+def unparsable(facts: HostFacts, exp: Expectations, th: Thresholds) -> Iterable[Finding]:
+    """A value nvidia-smi wrote that the parser does not recognise (`Yes <note>`) is None to the
+    check that reads it, which then passes: fail here instead, with no remedy (unknown never
+    reboots, never undrains)."""
+    for g in facts.gpus:
+        bad = {k: v for k, v in g.unreadable.items()
+               if v.startswith(("unparsable", "unexpected_structure"))}
+        if bad:
+            yield finding(
+                "gpu.unparsable",
+                FAIL,
+                "none",
+                f"{g.label}: values fleet cannot read, so the checks on them cannot judge: "
+                + "; ".join(f"{k} ({v})" for k, v in sorted(bad.items())),
+                g,
+                facts=sorted(f"gpus.{k}" for k in bad),
+            )
+
+
 @check(
     "pcie.link",
     ("gpus.pcie_gen_*", "gpus.pcie_width_*", "gpus.clock_event_reasons"),

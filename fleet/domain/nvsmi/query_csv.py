@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from fleet.domain.facts import HostFacts
-from fleet.probe.hostprobe import CLOCK_EVENT_BITS, err, na_reason, norm_pci
+from fleet.probe.hostprobe import CLOCK_EVENT_BITS, err, flag_word, na_reason, norm_pci
 
 _QUERY = re.compile(r"--query-gpu[= ]([A-Za-z0-9_.,]+)")
 
@@ -86,7 +86,7 @@ def _value(key: str, raw: str) -> Any:
     if key in _TEXT:
         return v.lower() if key == "recovery_action" else v
     if key in _FLAGS:
-        return v.lower() in ("enabled", "yes", "active", "true", "1")
+        return flag_word(v)
     token = v.split()[0]
     try:
         if key == "clock_event_reasons_mask" or token.lower().startswith("0x"):

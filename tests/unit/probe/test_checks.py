@@ -233,6 +233,11 @@ CASES: list[tuple[str, dict[str, Any], tuple[str, str, str]]] = [
         with_gpu0(recovery_action="reboot"),
         ("gpu.recovery_action", "fail", "reboot"),
     ),
+    (
+        "value not recognised",
+        with_gpu0(remapped_rows_pending={"error": "unparsable", "detail": "Yes <note>"}),
+        ("gpu.unparsable", "fail", "none"),
+    ),
     ("xid 48", log(event("xid", xid=48, severity="memory")), ("xid.memory", "fail", "drain")),
     ("xid 119", log(event("xid", xid=119, severity="driver")), ("xid.driver", "fail", "reset_gpu")),
     ("xid 74", log(event("xid", xid=74, severity="nvlink")), ("xid.nvlink", "fail", "drain")),
