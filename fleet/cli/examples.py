@@ -128,8 +128,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "quarantine list": ("fleet quarantine list", "fleet quarantine list --all --json"),
     "quarantine release": ("fleet quarantine release gpu-07 --reason 'GPU replaced' "
                            "--scheduler slurm",),
-    # ------------------------------------------------------------------------- host keys
-    "hosts": (f"fleet hosts trust -i {INV} gpu-01 --dry-run",),
+    # --------------------------------------------------------------- fleet view, host keys
+    "hosts": ("fleet hosts", "fleet hosts --quarantined -o wide",
+              "fleet hosts -l h100 --release r580-cuda13.0 --json",
+              f"fleet hosts trust -i {INV} gpu-01 --dry-run"),
     "hosts trust": (
         f"fleet hosts trust -i {INV} gpu-01 --fingerprint SHA256:abc...",
         f"fleet hosts trust -i {INV} h100-canary --dry-run --json",
@@ -198,6 +200,8 @@ def parse_command(argv: list[str], root: Any) -> tuple[str, ...]:
     while isinstance(cmd, TyperGroup):
         rest = [*ctx._protected_args, *ctx.args]
         if not rest:
+            if getattr(cmd, "invoke_without_command", False) and path:
+                return tuple(path)  # a group that is a command of its own (`fleet hosts`)
             raise ValueError(f"no command under {' '.join(['fleet', *path])}")
         name, sub, rest = cmd.resolve_command(ctx, rest)
         if name is None or sub is None:

@@ -1,4 +1,8 @@
-"""`fleet hosts trust`: the one, explicit way a host's SSH key is accepted.
+"""`fleet hosts`: the fleet view (what the history says of each host), and `fleet hosts trust`,
+the one, explicit way a host's SSH key is accepted.
+
+The view reads the history (and an inventory, with `-i`) only, never a host: see
+`fleet.history.fleet_view` for what is read and `fleet.domain.fleet_view` for the rows.
 
 Every connection checks host keys strictly, so a new or re-imaged host is refused until its key
 is trusted here. The command reads the key each host offers (a key exchange, nothing sent
@@ -14,11 +18,13 @@ from typing import Annotated, Any
 
 import typer
 
+from fleet.cli.hosts_view import view
 from fleet.cli.output import console, emit_json
 from fleet.errors import BadInput, CouldNotComplete
 
-app = typer.Typer(help="Host identities: trust a host's SSH key (first contact, re-image).",
-                  no_args_is_help=True)
+app = typer.Typer(help="The fleet view (`fleet hosts`), and host identities: trust a host's "
+                  "SSH key (first contact, re-image).", invoke_without_command=True)
+app.callback(invoke_without_command=True)(view)
 
 
 @app.command()

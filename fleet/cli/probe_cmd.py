@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -170,14 +170,20 @@ def check(
                              "check": f.check_id, "gpu": f.gpu_index,
                              "remediation": f.remediation, "message": f.message,
                              "taken_at": snap.taken_at})
+        out_of_service = _out_of_service(history, scope)
     rows.sort(key=lambda r: (_RANK.get(str(r["severity"]), 3), str(r["host"])))
     unprobed = [name for name in scope if name not in probed]
     if json_out:
-        emit_json({"findings": rows, "unreachable": unreachable, "unprobed": unprobed})
+        emit_json({"findings": rows, "unreachable": unreachable, "unprobed": unprobed,
+                   **out_of_service})
     elif rows:
         console.print(_findings_table(rows))
     elif not unreachable and not unprobed:
-        console.print("[green]no findings[/green]")
+        console.print("[green]no findings[/green] in the latest probes")
+    if not json_out and (out_of_service["quarantined"] or out_of_service["drained"]):
+        console.print(f"[yellow]out of service[/yellow]: {len(out_of_service['quarantined'])} "
+                      f"host(s) quarantined, {len(out_of_service['drained'])} drained "
+                      "(`fleet hosts --quarantined`, `fleet hosts --drained`)", soft_wrap=True)
     lost = []
     if unreachable:
         lost.append(f"latest probe could not reach: {', '.join(unreachable)}")
@@ -189,6 +195,17 @@ def check(
         raise CouldNotComplete("; ".join(lost))
     if any(r["severity"] == "fail" for r in rows):
         raise ProblemsFound("failing findings")
+
+
+def _out_of_service(history: Any, scope: list[str]) -> dict[str, list[str]]:
+    """The hosts of `scope` quarantined and drained by the history's record: a clean probe
+    does not put them back in service, so `check` says so beside its findings."""
+    from fleet.domain.fleet_view import host_rows
+    from fleet.history.fleet_view import read_fleet
+
+    rows = host_rows(read_fleet(history, hosts=scope))
+    return {"quarantined": [r.host for r in rows if r.quarantined],
+            "drained": [r.host for r in rows if r.drained]}
 
 
 def register(app: typer.Typer) -> None:

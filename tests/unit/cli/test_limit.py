@@ -242,7 +242,7 @@ def test_every_selecting_command_has_limit_and_documents_aliases() -> None:
                 yield from walk(sub, (*path, name))
 
     selecting = {("probe",), ("check",), ("apply",), ("rollback",), ("exec",), ("bench", "run"),
-                 ("hygiene", "run"), ("history", "hosts"), ("rollout", "plan"),
+                 ("hygiene", "run"), ("history", "hosts"), ("hosts",), ("rollout", "plan"),
                  ("rollout", "start")}
     # --pool/--host that are not selections: the pool a capture or this node belongs to
     assigning = {("facts", "import"), ("node-check",)}
