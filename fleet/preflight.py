@@ -262,7 +262,12 @@ def gpu_check(o: Options, nvml: Nvml | None, nvml_error: str, required: bool) ->
     problems, notes = [], []
     wanted_by_env = nvd is not None and not _env_hides(nvd)
     if not nodes and not required and not wanted_by_env and nvml is None:
-        return Check("gpu", SKIP, "no GPU in this container and none asked for", d)
+        # CPU is intended when --allow-cpu says so or the service's providers are all CPU ones;
+        # otherwise nothing says whether this service needs a GPU: never a pass on no GPU
+        if o.allow_cpu or (o.providers and not any(p in GPU_PROVIDERS for p in o.providers)):
+            return Check("gpu", SKIP, "no GPU in this container; CPU intended", d)
+        return Check("gpu", UNKNOWN, "no GPU in this container and none asked for: could not "
+                     "judge (--gpus N: GPUs required; --skip gpu: none by design)", d)
     if nodes:
         for name in ("nvidiactl", "nvidia-uvm"):
             if not os.path.exists(os.path.join(dev, name)):
@@ -778,12 +783,17 @@ def run(o: Options) -> dict[str, Any]:
 
 
 def render(report: dict[str, Any]) -> str:
+    """The checks, one line each (and their warnings): the same text from `fleet preflight`."""
     lines = []
     for c in report["checks"]:
         lines.append(f"{c['status'].upper():<16} {c['name']:<13} {c['message']}")
         lines += [f"{'':<16} {'':<13} warning: {w}" for w in c["warnings"]]
-    lines.append(f"preflight: {report['status']} ({report['summary']})")
     return "\n".join(lines)
+
+
+def summary_line(report: dict[str, Any]) -> str:
+    """The last line; printed as `error: ...` when the run did not pass (as fleet prints it)."""
+    return f"preflight: {report['status']} ({report['summary']})"
 
 
 def error_document(code: int, message: str, problems: list[dict[str, Any]]) -> dict[str, Any]:
@@ -844,6 +854,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(error_document(3, f"internal error: {e}", []), sort_keys=True))
         return 3
     print(render(report), file=sys.stderr)
+    print(("" if report["status"] == PASS else "error: ") + summary_line(report), file=sys.stderr)
     if json_out:
         print(json.dumps(report, indent=2, sort_keys=True, default=str))
     return int(report["exit_code"])

@@ -14,10 +14,8 @@ from typing import Annotated
 
 import typer
 
-from fleet.cli.output import console, emit_json, esc
+from fleet.cli.output import console, emit_json
 from fleet.errors import BadInput, CouldNotComplete, Problem, ProblemsFound
-
-_STYLE = {"pass": "green", "fail": "red", "could-not-check": "yellow", "skipped": "dim"}
 
 
 def _csv(values: list[str]) -> list[str]:
@@ -101,16 +99,13 @@ def preflight(
                         for p in exc.problems]) from None
     if json_out:
         emit_json(report)
-    for c in report["checks"]:
-        style = _STYLE.get(c["status"], "")
-        console.print(f"[{style}]{c['status']:<15}[/] {esc(c['name']):<13} {esc(c['message'])}",
-                      soft_wrap=True)
-        for w in c["warnings"]:
-            console.print(f"{'':<15} {'':<13} [yellow]warning[/]: {esc(w)}", soft_wrap=True)
+    # the standalone file's own text (docs/preflight.md: the same code, the same messages)
+    console.print(pf.render(report), markup=False, highlight=False, soft_wrap=True)
     if report["status"] == pf.FAIL:
-        raise ProblemsFound(f"preflight failed ({report['summary']})")
+        raise ProblemsFound(pf.summary_line(report))
     if report["status"] != pf.PASS:
-        raise CouldNotComplete(f"preflight could not check ({report['summary']})")
+        raise CouldNotComplete(pf.summary_line(report))
+    console.print(pf.summary_line(report), markup=False, highlight=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -92,6 +92,14 @@ def facts_from_text(text: str, name: str = "<input>") -> HostFacts:
         raise BadInput.single(f"invalid {fmt}: {exc}", file=name, line=line) from exc
     except ValueError as exc:
         raise BadInput.single(f"invalid {fmt}: {exc}", file=name) from exc
+    if fmt != "probe-json" and not facts.gpus:
+        # an nvidia-smi report without one GPU (a capture cut after its header, a CSV of its
+        # header only) shows nothing of the GPUs: never "no findings" (nvidia-smi itself prints
+        # "No devices were found" rather than an empty report)
+        said = f" (its header says {facts.gpu_count} attached)" if facts.gpu_count else ""
+        raise BadInput.single(f"invalid {fmt}: no GPU in the capture{said}: cut short or "
+                              "empty; capture it again", file=name,
+                              line=text.count("\n") + 1, field="gpus")
     return facts.model_copy(update={"input_file": name})
 
 

@@ -411,6 +411,30 @@ def parse_kernel_log(text, xid_classes=None):
     return events
 
 
+# A prefix only the kernel's own logs carry: a dmesg stamp ("[  12.3]", "[Mon Dec  1 ...]"), a
+# syslog priority or /dev/kmsg header, dmesg --decode's facility, or "kernel:" (syslog, journal).
+_KERNEL_MARK = re.compile(
+    r"^<\d{1,3}>|^\d+,\d+,\d+,|^[a-z]+\s*:[a-z]+\s*: |\[\s*[+]?\d+[.,]\d+"
+    r"|\[[A-Z][a-z]{2} [A-Za-z0-9: ]*\d\]|\bkernel(?:\[\d+\])?:"
+)
+
+
+def kernel_log_lines(text):
+    """How many lines read as kernel log lines: a kernel prefix (see _KERNEL_MARK), or a kernel
+    message of its own (NVRM, AER, a device message). Zero: the text is no kernel log (or is
+    empty), so finding no event in it says nothing about the host."""
+    n = 0
+    for _, raw in _lines(text):
+        line = raw.lstrip()
+        if _is_comment(line):
+            continue
+        _, msg = _split_prefix(line)
+        prefix = line[: len(line) - len(msg)]
+        if (prefix and _KERNEL_MARK.search(prefix)) or "NVRM:" in msg or _RECORD_START.search(msg):
+            n += 1
+    return n
+
+
 # --------------------------------------------------------------------------------------------
 # sysfs AER counters (pure parser + reader)
 # --------------------------------------------------------------------------------------------

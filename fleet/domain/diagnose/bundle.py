@@ -19,7 +19,7 @@ from fleet.domain.diagnose.parse_host import (
 )
 from fleet.domain.diagnose.parse_smi import parse_smi_text, parse_smi_xml
 from fleet.domain.diagnose.parse_streams import parse_dmon, parse_pmon, parse_topo
-from fleet.probe.hostprobe import current_boot, parse_kernel_log
+from fleet.probe.hostprobe import current_boot, kernel_log_lines, parse_kernel_log
 
 # file name -> the command that produces it (docs/diagnose.md and the collector use these).
 BUNDLE_FILES: dict[str, str] = {
@@ -64,7 +64,11 @@ def evidence(files: Mapping[str, str], where: str = "") -> Evidence:
         ev.pmon = parse_pmon(files["pmon.txt"], at("pmon.txt"))
     if "topo.txt" in files:
         ev.topo = parse_topo(files["topo.txt"], at("topo.txt"))
-    if "kernel.log" in files:
+    if "kernel.log" in files and not kernel_log_lines(files["kernel.log"]):
+        # empty, or another kind of log: no event in it says nothing (the questions that read
+        # the kernel log could not judge)
+        ev.files["kernel.log"] = "unreadable: no line reads as a kernel log line"
+    elif "kernel.log" in files:
         # a syslog file keeps every boot: judge this boot only (the probe does the same);
         # event line numbers stay those of the file
         text = files["kernel.log"]

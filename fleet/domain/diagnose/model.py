@@ -167,7 +167,7 @@ class Evidence:
     queue_source: str | None = None
     """Where queue metrics come from (the pool's metrics URL); None: queueing is not judged."""
     files: dict[str, str] = field(default_factory=dict)
-    """Bundle file name -> "parsed" | "missing"."""
+    """Bundle file name -> "parsed" | "missing" | "unreadable: why" (and other notes)."""
 
 
 @dataclass(frozen=True)

@@ -95,6 +95,17 @@ def _version(value: Any) -> str | None:
     return m.group(1) if m else None
 
 
+def _check_whole(sections: int, attached: Any, name: str, line: int) -> None:
+    """A report without a single GPU section (a capture cut after its header) shows nothing of
+    the GPUs: a located error, never healthy. Fewer sections than `Attached GPUs` is fine: that
+    is `nvidia-smi -q -i N`, one GPU of several."""
+    if sections == 0:
+        want = _int(attached)
+        said = f"its header says {want} attached GPU(s) but " if want is not None else ""
+        raise BadInput.single(f"{said}no GPU section follows: the capture is cut short (or "
+                              "empty); collect it again", file=name, line=line, field="GPU")
+
+
 def parse_smi_xml(text: str, name: str = "nvidia-smi-q.xml") -> SmiSnapshot:
     """`nvidia-smi -q -x`; a capture that is nvidia-smi's failure message is a failed snapshot,
     text that is neither is a located error."""
@@ -118,6 +129,8 @@ def parse_smi_xml(text: str, name: str = "nvidia-smi-q.xml") -> SmiSnapshot:
     if root.tag != "nvidia_smi_log":
         raise BadInput.single(f"root element is <{root.tag}>, not <nvidia_smi_log>", file=name,
                               line=1, field="nvidia_smi_log")
+    _check_whole(len(root.findall("gpu")), root.findtext("attached_gpus"), name,
+                 text.count("\n") + 1)
     gpus = []
     for i, g in enumerate(root.findall("gpu")):
         procs = []
@@ -186,6 +199,7 @@ def parse_smi_text(text: str, name: str = "nvidia-smi-q.txt") -> SmiSnapshot:
         raise BadInput.single("not `nvidia-smi -q` output (no 'GPU <bus id>' section and no "
                               "'NVSMI LOG' header)", file=name, line=first, field="GPU")
     top, trees = text_to_tree(text)
+    _check_whole(len(trees), top.get("attached_gpus"), name, text.count("\n") + 1)
     procs = _text_processes(text)
     gpus = [_state(t, i, procs[i] if i < len(procs) else []) for i, t in enumerate(trees)]
     return SmiSnapshot(

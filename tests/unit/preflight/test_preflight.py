@@ -158,9 +158,35 @@ def test_standalone_file_imports_nothing_of_fleet(tmp_path: Path, model: Path) -
 
 
 def test_nothing_to_check_is_not_a_pass() -> None:
-    r = run_preflight("--skip", "libraries", "--skip", "torch")
+    r = run_preflight("--skip", "gpu", "--skip", "libraries", "--skip", "torch")
     assert r.rc == 3 and r.doc["status"] == "could-not-check"
     assert r.doc["summary"] == "nothing to check"
+
+
+def test_no_gpu_and_nothing_said_is_not_a_pass(tmp_path: Path) -> None:
+    """No GPU here and no option says whether the service needs one (issue 30: `fleet
+    preflight` alone on a machine without a GPU reported pass): could not judge, exit 3; CPU
+    intended (--allow-cpu, or CPU providers only) is a skipped gpu check."""
+    empty = tmp_path / "root"
+    (empty / "dev").mkdir(parents=True)
+    r = run_preflight("--skip", "torch", root=empty)
+    assert r.rc == 3 and r.doc["status"] == "could-not-check"
+    assert r.check("gpu")["status"] == "could-not-check"
+    assert "--skip gpu" in r.check("gpu")["message"]
+    assert "error: preflight: could-not-check" in r.stderr
+
+
+def test_fleet_preflight_prints_the_standalone_files_text(tmp_path: Path) -> None:
+    """docs/preflight.md: `fleet preflight` and the emitted file run the same code and print
+    the same lines (the check lines, then `error: preflight: ...`)."""
+    empty = tmp_path / "root"
+    (empty / "dev").mkdir(parents=True)
+    argv = ["--skip", "libraries", "--skip", "torch", "--root", str(empty)]
+    own = subprocess.run([sys.executable, "-I", str(PREFLIGHT), *argv], capture_output=True,
+                         text=True, timeout=60)
+    cli = run_fleet("preflight", *argv)
+    assert own.returncode == cli.returncode == 3
+    assert cli.stderr == own.stderr and "COULD-NOT-CHECK  gpu" in own.stderr
 
 
 # ------------------------------------------------------------------ GPU side, faked
@@ -297,7 +323,7 @@ def test_fleet_preflight_cli(model: Path, tmp_path: Path) -> None:
     assert r.returncode == 1
     doc = json.loads(r.stdout)  # one document, the report, even on failure
     assert doc["schema"] == 1 and doc["status"] == "fail"
-    assert "preflight failed" in r.stderr
+    assert "error: preflight: fail (" in r.stderr
     r = run_fleet("preflight", "--onnx", str(tmp_path / "none.onnx"), "--json")
     assert r.returncode == 2
     err = json.loads(r.stdout)["error"]
