@@ -6,18 +6,16 @@ the rollout it is in, findings by severity. Reads the history, and an inventory 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from fleet.cli.output import emit_json
 from fleet.cli.selection import HostAlias, Limit, PoolAlias
+from fleet.cli.table import Format, OutputOpt, wants_json
 
 if TYPE_CHECKING:
     from fleet.domain.fleet_view import HostRow
-
-OUTPUTS = ("table", "wide", "tsv", "json")
-
 
 def view(
     ctx: typer.Context,
@@ -39,10 +37,7 @@ def view(
         "--inventory", "-i", envvar="FLEET_INVENTORY",
         help="Also list this inventory's hosts the history does not know (never probed).")]
     = None,
-    output: Annotated[str, typer.Option(
-        "--output", "-o", metavar="table|wide|tsv|json",
-        help="table (default), wide (also who pinned, the quarantine reason, ok checks), tsv "
-        "(tab-separated, a header line, every column), json.")] = "table",
+    output: OutputOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="JSON on stdout (-o json).")] = False,
 ) -> None:
     """Every host the history knows: pool, release (seen; pinned when it differs), driver,
@@ -54,11 +49,6 @@ def view(
     """
     if ctx.invoked_subcommand is not None:
         return
-    from fleet.errors import BadInput
-
-    if output not in OUTPUTS:
-        raise BadInput.single(f"expected one of {', '.join(OUTPUTS)}, got {output!r}",
-                              field="--output")
     rows = load_rows(ctx, inventory)
     from fleet.cli.selection import choose, given
     from fleet.domain.fleet_view import keep, summary
@@ -68,7 +58,7 @@ def view(
                                      [HostRef(name=r.host, pool=r.pool) for r in rows])}
     rows = keep([r for r in rows if r.host in chosen], release=release or (),
                 drained=drained, quarantined=quarantined, findings=findings)
-    if json_out or output == "json":
+    if wants_json(json_out, output):
         emit_json({"hosts": [r.as_dict() for r in rows], "summary": summary(rows)})
         return
     show(rows, output)
@@ -91,36 +81,24 @@ def load_rows(ctx: typer.Context, inventory: Path | None) -> list[HostRow]:
     return host_rows(records)
 
 
-def show(rows: list[HostRow], output: str) -> None:
-    """The table, on stdout; a line on stderr when no host is left."""
-    from fleet.cli.output import console
+def show(rows: list[HostRow], output: Format | None) -> None:
+    """The table on stdout (the shared renderer: names never cut), a count line on stderr."""
+    from fleet.cli.output import console, esc
+    from fleet.cli.table import Grid
+    from fleet.cli.table import show as show_grid
     from fleet.domain.fleet_view import COLUMNS, WIDE, cells, summary
 
     if not rows:
         console.print("no hosts match", markup=False)
         return
-    columns = WIDE if output in ("wide", "tsv") else COLUMNS
-    table(columns, [cells(r) for r in rows], tsv=output == "tsv")
+    columns = WIDE if output in (Format.wide, Format.tsv) else COLUMNS
+    grid = Grid(columns, prose=("drained", "rollout", "quarantine reason"))
+    for r in rows:
+        text = cells(r)
+        grid.add_row(*(esc(text[c]) for c in columns))
+    show_grid(grid, output)
     s = summary(rows)
     notes = [f"{s[k]} {k.replace('_', ' ')}" for k in ("quarantined", "drained", "unreachable",
                                                         "never_probed") if s[k]]
     console.print(f"{s['hosts']} host(s)" + (f": {', '.join(notes)}" if notes else ""),
                   markup=False)
-
-
-def table(columns: tuple[str, ...], rows: list[dict[str, Any]], *, tsv: bool) -> None:
-    """The one place this command renders a table (the shared renderer goes here)."""
-    import sys
-
-    from fleet.cli.output import stdout
-
-    if tsv:  # plain bytes for scripts: rich would expand the tabs; no control character passes
-        for cols in [list(columns), *([str(r[c]) for c in columns] for r in rows)]:
-            sys.stdout.write("\t".join("".join(ch if ch.isprintable() else " " for ch in v)
-                                       for v in cols) + "\n")
-        return
-    widths = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in columns}
-    lines = ["  ".join(c.upper().ljust(widths[c]) for c in columns).rstrip()]
-    lines += ["  ".join(str(r[c]).ljust(widths[c]) for c in columns).rstrip() for r in rows]
-    for line in lines:  # never cut nor wrapped: a pipe gets whole names
-        stdout.print(line, markup=False, highlight=False, crop=False, overflow="ignore")

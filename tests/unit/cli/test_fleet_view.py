@@ -67,7 +67,7 @@ def test_table_and_tsv_keep_whole_names(demo_db: Path, capsys: pytest.CaptureFix
     code, out, _ = fleet(capsys, "--db", str(demo_db), "hosts", "--quarantined")
     assert code == 0 and "…" not in out
     lines = out.splitlines()
-    assert lines[0].split()[:2] == ["HOST", "POOL"] and len(lines) == 3
+    assert lines[0].split()[:2] == ["host", "pool"] and len(lines) == 3
     assert all(D.CANDIDATE_B in line and "quarantine (" in line for line in lines[1:])
     code, out, _ = fleet(capsys, "--db", str(demo_db), "hosts", "--quarantined", "-o", "tsv")
     header, *rows = [line.split("\t") for line in out.splitlines()]
