@@ -35,8 +35,60 @@ def _rollout_doc(history: Any, ro: Any, *, hosts: bool = False) -> dict[str, Any
     }
     doc["waiting"] = waiting(steps)
     if hosts:
-        doc["host_steps"] = [s.as_dict() for s in steps]
+        index = {w.id: w.index for w in waves}
+        doc["host_steps"] = [{**s.as_dict(), "wave": index.get(s.wave_id)} for s in steps]
     return doc
+
+
+def fleet_prefix(db: str) -> str:
+    """`fleet`, with the `--db` this command was given: a printed command must work as
+    printed."""
+    import shlex
+
+    return "fleet" if db == "fleet.db" else f"fleet --db {shlex.quote(db)}"
+
+
+def _advice(history: Any, ro: Any, doc: dict[str, Any], db: str) -> dict[str, Any]:
+    """Why the rollout stands where it stands, and the commands to type next."""
+    from datetime import UTC, datetime
+
+    from fleet.domain.rollout_advice import Seen, advise
+    from fleet.history.rollouts import rollout_events, start_data
+
+    kinds = ("rollout.pause", "rollout.end", "rollout.rollback", "rollout.abort")
+    events = [(e.kind, e.message, dict(e.data or {})) for e in rollout_events(history, ro.id)
+              if e.kind in kinds]
+    stale = (start_data(history, ro.id).get("options") or {}).get("stale_after_s") or 300.0
+    seen = Seen(ro.id, ro.status, events, lock_owner=ro.lock_owner,
+                lock_heartbeat=ro.lock_heartbeat, stale_after_s=float(stale),
+                stopped_pools=list(dict.fromkeys(
+                    w["pool"] for w in doc["waves"] if w["status"] in ("failed", "rolled_back"))),
+                pools=doc["pools"])
+    return advise(seen, fleet=fleet_prefix(db), now=datetime.now(UTC)).as_dict()
+
+
+def _why(step: dict[str, Any]) -> str:
+    """A host step's reason, where the engine recorded one."""
+    d = step.get("detail") or {}
+    if d.get("error"):
+        return f"{d.get('failed_at') or 'failed'}: {d['error']}"
+    for key in ("why", "rollback_reason"):
+        if d.get(key):
+            return str(d[key])
+    w = d.get("waiting_for")
+    if step["state"] == "draining" and isinstance(w, dict):
+        return f"waiting for {len(w.get('jobs') or [])} job(s)"
+    return ""
+
+
+def _hosts_grid(doc: dict[str, Any]) -> Any:
+    from fleet.cli.table import Grid
+
+    grid = Grid(("host", "pool", "wave", "state", "from", "to", "why"), prose=("why",))
+    for s in doc["host_steps"]:
+        grid.add_row(esc(s["host"]), esc(s["pool"]), str(s["wave"] or ""), s["state"],
+                     esc(s["from_release"] or "-"), esc(s["to_release"] or "-"), esc(_why(s)))
+    return grid
 
 
 @app.command("status")
@@ -44,7 +96,9 @@ def status_cmd(ctx: typer.Context,
                rollout_id: Annotated[int | None, typer.Argument(metavar="[ID]")] = None,
                hosts: Annotated[bool, typer.Option("--hosts", help="Every host's step.")] = False,
                json_out: JsonFlag = False) -> None:
-    """A rollout's waves, host states and lock (the newest one by default)."""
+    """A rollout's waves, host states and lock (the newest one by default), why it paused,
+    failed or rolled back, and the commands to type next; --hosts adds every host's step
+    (state, releases, and the reason where one was recorded)."""
     from fleet.cli.app import settings
     from fleet.history import open_history
     from fleet.history.rollouts import get_rollout, list_rollouts
@@ -55,6 +109,7 @@ def status_cmd(ctx: typer.Context,
         if ro is None:
             raise no_rollout(history, rollout_id)
         doc = _rollout_doc(history, ro, hosts=hosts)
+        doc.update(_advice(history, ro, doc, settings(ctx).db))
     if json_out:
         emit_json(doc)
         return
@@ -71,6 +126,17 @@ def status_cmd(ctx: typer.Context,
     console.print(t)
     for line in waiting_lines(doc["waiting"]):
         console.print(line, markup=False, highlight=False)
+    if hosts:
+        from fleet.cli.table import show
+
+        show(_hosts_grid(doc))
+    if doc["reason"]:
+        console.print(f"why: {doc['reason']}", markup=False, highlight=False, soft_wrap=True)
+    if doc["next"]:
+        console.print("next:", markup=False)
+        for step in doc["next"]:
+            console.print(f"  $ {step['command']}    # {step['does']}", markup=False,
+                          highlight=False, soft_wrap=True)
 
 
 @app.command("history")
