@@ -48,15 +48,14 @@ def advise(seen: Seen, *, fleet: str, now: datetime) -> Advice:
     if st == "paused":
         ev = _last(seen, "rollout.pause")
         data = ev[2] if ev else {}
-        reason = str(data.get("reason") or (ev[1] if ev else "paused"))
+        paused = str(data.get("reason") or (ev[1] if ev else "paused"))
         if data.get("reason") == "drain timeout":
-            why = ev[1] if ev else reason
-            return Advice(why, [
+            return Advice(ev[1] if ev else paused, [
                 (f"{fleet} rollout keep-waiting {n}", "wait another drain timeout for the "
                  "wave's jobs, then go through every gate"),
                 (f"{fleet} rollout abort {n}", "roll the wave back and stop")])
-        return Advice(f"wave {data.get('wave')} inconclusive: {reason}" if data.get("wave")
-                      else reason, [
+        return Advice(f"wave {data.get('wave')} inconclusive: {paused}" if data.get("wave")
+                      else paused, [
             (f"{fleet} rollout promote {n} --reason 'looked at the numbers'",
              "pass the inconclusive gate by hand and continue"),
             (f"{fleet} rollout abort {n} --reason 'not good enough'",
@@ -76,8 +75,9 @@ def advise(seen: Seen, *, fleet: str, now: datetime) -> Advice:
         return Advice(why, [(f"{fleet} rollout resume {n}{force}",
                              "take it over and carry on where it stopped"),
                             (f"{fleet} rollout abort {n}{force}", "roll back and stop")])
-    ev = _last(seen, "rollout.end")
-    reason = str((ev[2].get("reason") if ev else None) or (ev[1] if ev else "")) or None
+    end = _last(seen, "rollout.end")
+    said = str((end[2].get("reason") if end else None) or (end[1] if end else ""))
+    reason = said or None
     if st in ("rolled_back", "failed"):
         steps = [(hosts, "which hosts failed which gate, and why")]
         steps += [(f"{fleet} check -l {p}", f"the findings of {p}'s latest probes")
