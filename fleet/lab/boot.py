@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fleet.lab import gpustate
 from fleet.probe import hostprobe as P
 
 KERNEL = "6.1.0-18-amd64"
@@ -118,7 +119,8 @@ def write_layer(layer: Path, base: Path | None = None) -> None:
     merged = base is not None and (base / "lib").is_symlink()
     modules = "usr/lib/modules" if merged else "lib/modules"
     (layer / modules / KERNEL / "build").mkdir(parents=True, exist_ok=True)
-    for name, text in (("modinfo", MODINFO), ("mokutil", MOKUTIL)):
+    for name, text in (("modinfo", MODINFO), ("mokutil", MOKUTIL),
+                       ("systemctl", gpustate.SYSTEMCTL)):
         p = layer / "usr/local/sbin" / name
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(text)

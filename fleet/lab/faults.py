@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from fleet.errors import BadInput, Problem
-from fleet.lab import boot
+from fleet.lab import boot, gpustate
 from fleet.lab.model import PROFILES, HostSpec, gpu_bdf, upstream_bdf
 
 AER_CORRECTABLE = (
@@ -124,12 +124,27 @@ FAULTS: dict[str, tuple[dict[str, str], str]] = {
         "/etc/cdi/nvidia.yaml generated for driver `version` (its libraries, not the installed "
         "ones): containers asking for nvidia.com/gpu would fail; `fleet lab reset` removes it",
     ),
+    # node state (issue 23): settings a person or a reboot left wrong, firmware, Fabric Manager
+    "ecc-off": ({"gpu": "0"}, "ECC switched off (and the reboot that applies it done)"),
+    "power-cap": ({"gpu": "0", "watts": "0"},
+                  "power limit lowered to `watts` (0: the model's minimum), as `nvidia-smi -pl`"),
+    "clocks-locked": ({"gpu": "0", "min": "210", "max": "900"},
+                      "graphics clocks locked to [min, max] MHz, as `nvidia-smi -lgc`"),
+    "compute-exclusive": ({"gpu": "0"}, "compute mode EXCLUSIVE_PROCESS, as `nvidia-smi -c 3`"),
+    "persistence-off": ({"gpu": "0"}, "persistence mode off, as `nvidia-smi -pm 0`"),
+    "mig-layout-lost": ({"gpu": "0"},
+                        "MIG mode on, no GPU instances: a reboot without the boot unit"),
+    "vbios-mismatch": ({"gpu": "0", "version": "96.00.74.00.0B"},
+                       "this GPU runs another VBIOS than its siblings"),
+    "fm-mismatch": ({"version": "570.133.20"},
+                    "Fabric Manager `version` runs (not the driver's): it refused the driver, "
+                    "the GPUs' fabric registration never completes"),
 }
 
 _KEY_RE = re.compile(r"^[A-Za-z0-9_.*]{1,80}$")
 _VAL_RE = re.compile(r"^[A-Za-z0-9_.:+ /-]{0,120}$")
 _INT_PARAMS = {"gpu", "count", "per_hour", "gen", "width", "temp", "code", "pid", "mib", "rate",
-               "node", "util", "mem", "branch"}
+               "node", "util", "mem", "branch", "watts", "min", "max"}
 _CPUS_RE = re.compile(r"^\d{1,4}(?:-\d{1,4})?$")
 
 
@@ -209,6 +224,10 @@ def parse(specs: list[str], gpu_count: int | None = None) -> list[Fault]:
             if k in _INT_PARAMS and not (v.isdigit() and len(v) <= 9):
                 problems.append(Problem(None, None, where, f"{name}: {k} must be a number: {v!r}"))
                 bad = True
+            elif k == "version" and name == "vbios-mismatch":
+                if not re.fullmatch(r"[0-9A-Fa-f]{2}(?:\.[0-9A-Fa-f]{2}){4}", v):
+                    problems.append(Problem(None, None, where, f"{name}: bad VBIOS {v!r}"))
+                    bad = True
             elif k == "version" and not re.fullmatch(r"\d{3}\.\d{1,3}(?:\.\d{1,3})?", v):
                 problems.append(Problem(None, None, where, f"{name}: bad driver version {v!r}"))
                 bad = True
@@ -367,13 +386,17 @@ def effects(fault: Fault, host: HostSpec) -> Effects:
         e.set.update(cpu_fallback(p))
     elif name == "stale-cdi":
         e.files[CDI_SPEC] = cdi_spec(p["version"], prof.count)
+    elif name in NODE_FAULTS:
+        node_effects(e, fault, host)
     elif name in ("kernel-without-module", "secure-boot-unsigned"):
         e.files.update(boot.fault_files(name))
     return e
 
 
 CDI_SPEC = "/etc/cdi/nvidia.yaml"
-FAULT_FILES = (CDI_SPEC, *boot.FAULT_FILES)  # host files faults write; `lab reset` removes them
+FM_VERSION = gpustate.FM_VERSION_FILE
+# host files faults write; `lab reset` removes them
+FAULT_FILES = (CDI_SPEC, FM_VERSION, *boot.FAULT_FILES)
 
 
 def cdi_spec(version: str, gpus: int) -> str:
@@ -434,3 +457,34 @@ def cpu_fallback(p: dict[str, str]) -> dict[str, str]:
     branch = str(int(p["branch"]))
     return {"perf.cpu_fallback": "any" if branch == "0" else branch,
             "perf.cpu_fallback_factor": p["factor"]}
+
+
+NODE_FAULTS = ("ecc-off", "power-cap", "clocks-locked", "compute-exclusive", "persistence-off",
+               "mig-layout-lost", "vbios-mismatch", "fm-mismatch")
+
+
+def node_effects(e: Effects, fault: Fault, host: HostSpec) -> None:
+    """The fake-NVML keys (fleet/lab/gpustate.py) a node-state fault writes: per GPU, so a
+    reboot resets exactly the ones a real reboot resets."""
+    p, name = fault.params, fault.name
+    pre = f"gpu{int(p.get('gpu', '0'))}."
+    if name == "ecc-off":
+        e.set.update({pre + "ecc.enabled": "0", pre + "ecc.pending": "0"})
+    elif name == "power-cap":
+        lo = gpustate.NODE_DEFAULTS[host.gpu_model].power_min_w
+        watts = max(lo, fault.int("watts"))  # a real -pl refuses below the minimum
+        e.set[pre + "power.limit_mw"] = str(watts * 1000)
+    elif name == "clocks-locked":
+        e.set.update({pre + "clock.locked.min": p["min"], pre + "clock.locked.max": p["max"]})
+    elif name == "compute-exclusive":
+        e.set[pre + "compute_mode"] = "3"
+    elif name == "persistence-off":
+        e.set[pre + "persistence"] = "0"
+    elif name == "mig-layout-lost":
+        e.set.update({pre + "mig.current": "1", pre + "mig.pending": "1", pre + "mig.gi": ""})
+    elif name == "vbios-mismatch":
+        e.set[pre + "vbios"] = p["version"]
+    elif name == "fm-mismatch":
+        e.files[FM_VERSION] = p["version"] + "\n"
+        if gpustate.NODE_DEFAULTS[host.gpu_model].fabric:
+            e.set.update({"gpu*.fabric.state": "1", "gpu*.fabric.status": "0"})

@@ -20,6 +20,7 @@ from pathlib import Path
 from fleet.errors import CouldNotComplete
 from fleet.lab import boot as lab_boot
 from fleet.lab import faults as F
+from fleet.lab import gpustate
 from fleet.lab.model import (
     BRIDGE,
     BRIDGE_ADDR,
@@ -39,6 +40,7 @@ STATE = "var/lib/gpusim/state"
 PENDING = "var/lib/gpusim/module.pending"
 KERN_LOG = "var/log/kern.log"
 NVIDIA_MAJOR = 195
+NVSWITCH_MAJOR = 236  # dynamic on a real host
 
 HOST_INIT = """#!/bin/sh
 # PID 1 of a fleet lab host's fresh UTS/mount/PID/time namespaces, one run per boot.
@@ -188,7 +190,8 @@ def host_layer(paths: LabPaths, host: HostSpec) -> Path:
 
 def state_lines(host: HostSpec) -> list[str]:
     prof = PROFILES[host.gpu_model]
-    lines = [f"# fleet lab host {host.name}: {prof.count} x {prof.model}", *prof.state_lines()]
+    lines = [f"# fleet lab host {host.name}: {prof.count} x {prof.model}", *prof.state_lines(),
+             *gpustate.state_lines(host.gpu_model)]
     lines += [f"gpu{i}.pci.bus={gpu_bus(i):#04x}" for i in range(prof.count)]
     lines += [f"gpu{i}.serial=1650{host.index:04d}{i:05d}" for i in range(prof.count)]
     return lines
@@ -373,8 +376,10 @@ def prepare_boot(paths: LabPaths, host: HostSpec, model_server: bool = False) ->
     )
     kv = dict(read_kv(root / STATE))
     pend = {k: "0" for k, v in kv.items() if k.endswith(".remapped.pending") and v != "0"}
-    if pend:
-        update_state(root, pend)
+    # pending ECC/MIG modes take effect; settings a real reboot forgets are gone (gpustate)
+    node_set, node_drop = gpustate.boot_reset(kv, PROFILES[host.gpu_model].count)
+    if pend or node_set or node_drop:
+        update_state(root, {**pend, **node_set}, drop=node_drop)
     for rel, text in sysfs_files(host).items():
         if "/aer_dev_" in rel:
             atomic_write(root / rel, text)
@@ -387,6 +392,8 @@ def prepare_boot(paths: LabPaths, host: HostSpec, model_server: bool = False) ->
         nodes += [("nvidiactl", 255), ("nvidia-modeset", 254)]
         nodes_at = [(dev / n, os.makedev(NVIDIA_MAJOR, minor)) for n, minor in nodes]
         nodes_at.append((dev / "nvidia-uvm", os.makedev(510, 0)))
+        nodes_at += [(dev / f"nvidia-nvswitch{i}", os.makedev(NVSWITCH_MAJOR, i))
+                     for i in range(gpustate.NODE_DEFAULTS[host.gpu_model].nvswitches)]
         for path, device in nodes_at:
             os.mknod(path, 0o666 | stat.S_IFCHR, device)
             os.chmod(path, 0o666)  # crw-rw-rw- as the driver makes them; mknod obeys the umask

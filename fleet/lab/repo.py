@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 from fleet.domain.matrix import packages as truth
 from fleet.errors import BadInput
+from fleet.lab import gpustate
 from fleet.lab.sysutil import run
 
 REVISION = "1"
@@ -235,6 +236,8 @@ def _companion_package(spec: _Spec, rel: Any = None) -> FakePackage:
         Priority="optional",
     )
     p.files[f"usr/share/gpusim/components/{spec.name}"] = (f"{spec.component} {ver}\n", 0o644)
+    if spec.component == "fabric_manager":
+        p.files["usr/bin/nv-fabricmanager"] = (gpustate.FABRICMANAGER.replace("{ver}", ver), 0o755)
     return p
 
 

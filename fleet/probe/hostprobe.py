@@ -1162,7 +1162,108 @@ def _nvml_gpu(N, i):
     pm = _call(N, "nvmlDeviceGetPersistenceMode", h)
     g["persistence_mode"] = pm == 1 if isinstance(pm, int) else pm
     g["recovery_action"] = None
+    _nvml_node_state(N, h, g)
     return g
+
+
+COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclusive_process"}
+FABRIC_STATES = {1: "not started", 2: "in progress", 3: "completed"}  # nvidia-smi's words
+NVLINK_MAX = 18  # NVML_NVLINK_MAX_LINKS
+
+
+def _text_of(v):
+    return v.decode(errors="replace") if isinstance(v, bytes) else v
+
+
+def _watts(v):
+    return v / 1000.0 if isinstance(v, int) else v
+
+
+def _nvml_node_state(N, h, g):
+    """Firmware, settings, links and MIG devices (fleet.domain.node_facts): what NVML said, or
+    the error it gave, never a default."""
+    g["vbios_version"] = _text_of(_call(N, "nvmlDeviceGetVbiosVersion", h))
+    g["inforom_image"] = _text_of(_call(N, "nvmlDeviceGetInforomImageVersion", h))
+    for key, obj in (("oem", 0), ("ecc", 1), ("pwr", 2)):
+        g["inforom_" + key] = _text_of(_call(N, "nvmlDeviceGetInforomVersion", h, obj))
+    mode = _call(N, "nvmlDeviceGetGspFirmwareMode", h)
+    g["gsp_mode"] = bool(mode[0]) if isinstance(mode, (list, tuple)) else mode
+    g["gsp_firmware_version"] = (_text_of(_call(N, "nvmlDeviceGetGspFirmwareVersion", h))
+                                 if g["gsp_mode"] is True else
+                                 err("not_available", "no GSP firmware") if g["gsp_mode"] is False
+                                 else g["gsp_mode"])
+    cm = _call(N, "nvmlDeviceGetComputeMode", h)
+    g["compute_mode"] = COMPUTE_MODES.get(cm, err("unparsable", cm)) if isinstance(cm, int) else cm
+    g["power_limit_default_w"] = _watts(_call(N, "nvmlDeviceGetPowerManagementDefaultLimit", h))
+    lim = _call(N, "nvmlDeviceGetPowerManagementLimitConstraints", h)
+    if isinstance(lim, (list, tuple)):
+        g["power_limit_min_w"], g["power_limit_max_w"] = _watts(lim[0]), _watts(lim[1])
+    else:
+        g["power_limit_min_w"] = g["power_limit_max_w"] = lim
+    for key, clk in (("graphics", 0), ("memory", 2)):
+        g[f"clocks_applications_{key}_mhz"] = _call(N, "nvmlDeviceGetApplicationsClock", h, clk)
+        g[f"clocks_default_applications_{key}_mhz"] = _call(
+            N, "nvmlDeviceGetDefaultApplicationsClock", h, clk)
+    # NVML has no getter for `-lgc` locked clocks: a GPU held by them shows the
+    # applications_clocks_setting (user-defined clocks) event reason and a capped clock
+    g["clocks_locked_graphics_mhz"] = err("not_supported", "NVML reads no locked clocks")
+    g["nvlink_links"] = _nvml_nvlinks(N, h)
+    g["fabric_state"], g["fabric_status"] = _nvml_fabric(N, h)
+    mig = g.get("mig_mode_current")
+    g["mig_devices"] = _nvml_mig_devices(N, h) if mig is True else [] if mig is False else mig
+
+
+def _nvml_nvlinks(N, h):
+    links = []
+    for link in range(NVLINK_MAX):
+        st = _call(N, "nvmlDeviceGetNvLinkState", h, link)
+        if is_err(st):
+            # link 0 not supported: a GPU without NVLink; past the last link: the end
+            if st["error"] in ("not_supported", "invalid_argument") or links:
+                break
+            return st
+        links.append({"link": link, "active": bool(st)})
+    return links
+
+
+def _nvml_fabric(N, h):
+    try:
+        info = N.c_nvmlGpuFabricInfo_t()
+        N.nvmlDeviceGetGpuFabricInfo(h, N.byref(info))
+    except N.NVMLError as e:
+        return (err(_nvml_reason(e), f"nvmlDeviceGetGpuFabricInfo: {e}"),) * 2
+    except Exception as e:  # an old pynvml without the struct
+        return (err("function_not_found", f"nvmlDeviceGetGpuFabricInfo: {e}"),) * 2
+    state = FABRIC_STATES.get(info.state, err("unparsable", info.state))
+    if state != "completed":
+        return state, err("not_available", "fabric registration not completed")
+    return state, "success" if info.status == 0 else err("fabric_error", info.status)
+
+
+def _nvml_mig_devices(N, h):
+    """One entry per GPU instance of every profile, by id (compute instances: not read)."""
+    out = []
+    for idx in range(10):  # NVML_GPU_INSTANCE_PROFILE_1_SLICE .. _1_SLICE_REV2
+        prof = _call(N, "nvmlDeviceGetGpuInstanceProfileInfo", h, idx)
+        if is_err(prof):
+            if prof["error"] in ("not_supported", "invalid_argument"):
+                continue
+            return prof
+        try:
+            count = N.c_uint(0)
+            arr = (N.c_nvmlGpuInstance_t * max(1, prof.instanceCount))()
+            N.nvmlDeviceGetGpuInstances(h, prof.id, arr, N.byref(count))
+            infos = [N.nvmlGpuInstanceGetInfo(arr[i]) for i in range(count.value)]
+        except N.NVMLError as e:
+            return err(_nvml_reason(e), f"nvmlDeviceGetGpuInstances: {e}")
+        except Exception as e:
+            return err("error", f"nvmlDeviceGetGpuInstances: {e}")
+        name = _text_of(prof.name).replace("MIG ", "")
+        out += [{"gpu_instance_id": int(i.id), "compute_instance_id": None, "profile": name,
+                 "gi_profile_id": int(prof.id), "placement_start": int(i.placement.start),
+                 "memory_mib": int(prof.memorySizeMB),
+                 "multiprocessor_count": int(prof.multiprocessorCount)} for i in infos]
+    return sorted(out, key=lambda d: d["gpu_instance_id"])
 
 
 def probe_nvml():
@@ -1260,6 +1361,36 @@ def probe_nvidia_smi(h):
         return parse_nvsmi_xml(r[1]), None
     except Exception as e:
         return None, err("unparsable", e)
+
+
+FM_BINARIES = ("/usr/bin/nv-fabricmanager", "/usr/sbin/nv-fabricmanager")
+
+
+def probe_fabric_manager(h):
+    """Fabric Manager (NVSwitch systems): the service's state, the daemon's version, the
+    NVSwitch devices. None on a host with neither NVSwitch devices nor the daemon installed
+    (nothing to run); each value otherwise read or the error object."""
+    try:
+        switches = sum(1 for n in os.listdir(h.path("/dev"))
+                       if n.startswith("nvidia-nvswitch") and n[15:].isdigit())
+    except OSError as e:
+        switches = err("os_error", e)
+    binary = next((b for b in FM_BINARIES if os.path.exists(h.path(b))), None)
+    if binary is None and not switches:
+        return None
+    out = {"nvswitch_count": switches}
+    if binary is None:
+        out["version"] = err("not_found", "nv-fabricmanager is not installed")
+    else:
+        r = h.run([binary, "--version"], timeout=10)
+        m = re.search(r"version is\s*:\s*(\d+(?:\.\d+)+)", r[1] + r[2]) if not is_err(r) else None
+        out["version"] = r if is_err(r) else m.group(1) if m else err("unparsable",
+                                                                      (r[1] + r[2])[:200])
+    r = h.run(["systemctl", "is-active", "nvidia-fabricmanager"], timeout=10)
+    state = r if is_err(r) else r[1].strip() or err("unparsable", r[2][:200])
+    out["service"] = state
+    out["running"] = state == "active" if isinstance(state, str) else state
+    return out
 
 
 _BOOT_LINE = re.compile(rb"kernel: \[\s*0\.\d+\] Linux version ")
@@ -2394,6 +2525,7 @@ def probe(since=None, root="/", kernel_log="auto", frameworks=True):
         "gpu_count", nv.get("attached_gpus", len(facts["gpus"]) if nv else None)
     )
     facts["pci_gpus"] = probe_pci_gpus(h)
+    facts["fabric_manager"] = probe_fabric_manager(h)
     pk = facts["versions"]["packages"]
     facts["upgrade_guard"] = probe_upgrade_guard(
         h, {pk.get("manager")} if isinstance(pk, dict) and not is_err(pk) else set())

@@ -382,12 +382,27 @@ EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t dev, int sensor, unsig
     *temp = (unsigned int)gnum(gi, "temp", 34);
     UNLOCK_RETURN(NVML_SUCCESS);
 }
+/* the graphics clock a user setting holds the GPU to: `-lgc` locked max, else `-ac` graphics
+ * (only when set on this GPU: default application clocks let the GPU boost); 0 = none */
+static unsigned int user_clock_cap(int gi) {
+    char k[64];
+    unsigned int cap = (unsigned int)gnum(gi, "clock.locked.max", 0);
+    snprintf(k, sizeof k, "gpu%d.clock.app.graphics", gi);
+    const char *app = kv_get(k);
+    unsigned int a = app ? (unsigned int)strtoul(app, NULL, 0) : 0;
+    if (a && (!cap || a < cap)) cap = a;
+    return cap;
+}
 EXPORT nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t dev, int type, unsigned int *clock) {
     DEV_PROLOGUE("nvmlDeviceGetClockInfo");
     static const char *keys[] = {"clock.graphics", "clock.sm", "clock.mem", "clock.video"};
     static const unsigned dflt[] = {1980, 1980, 2619, 1545};
     if (!clock || type < 0 || type > 3) UNLOCK_RETURN(NVML_ERROR_INVALID_ARGUMENT);
     *clock = (unsigned int)gnum(gi, keys[type], dflt[type]);
+    if (type <= 1) {  /* locked or application clocks hold graphics/SM clocks below their cap */
+        unsigned int cap = user_clock_cap(gi);
+        if (cap && *clock > cap) *clock = cap;
+    }
     UNLOCK_RETURN(NVML_SUCCESS);
 }
 EXPORT nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t dev, int type, unsigned int *clock) {
@@ -402,6 +417,11 @@ static nvmlReturn_t reasons(nvmlDevice_t dev, unsigned long long *r, const char 
     DEV_PROLOGUE(fn);
     if (!r) UNLOCK_RETURN(NVML_ERROR_INVALID_ARGUMENT);
     *r = gnum(gi, "throttle_reasons", 0);
+    {   /* nvmlClocksEventReasonApplicationsClocksSetting (0x2), alias UserDefinedClocks: also
+         * what `-lgc` locked clocks show */
+        unsigned int cap = user_clock_cap(gi);
+        if (cap && cap < gnum(gi, "clock.max.graphics", 1980)) *r |= 0x2;
+    }
     UNLOCK_RETURN(NVML_SUCCESS);
 }
 EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t d, unsigned long long *r) { return reasons(d, r, "nvmlDeviceGetCurrentClocksThrottleReasons"); }
@@ -729,5 +749,194 @@ EXPORT nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t dev, unsigned int *node
     DEV_PROLOGUE("nvmlDeviceGetNumaNodeId");
     if (!node) UNLOCK_RETURN(NVML_ERROR_INVALID_ARGUMENT);
     *node = (unsigned int)gnum(gi, "numa", 0);
+    UNLOCK_RETURN(NVML_SUCCESS);
+}
+
+/* ---------------- node state: firmware, settings, links, MIG instances (docs/real-fleet.md) ----
+ * Keys (gpuN. or gpu*.): vbios, inforom.img|oem|ecc|pwr ("N/A" or absent: not supported),
+ * gsp.enabled (1), gsp.version (the driver's), compute_mode (NVML enum: 0 default, 2 prohibited,
+ * 3 exclusive process), power.min_mw / power.max_mw, clock.app.graphics|mem and
+ * clock.app.default.graphics|mem (clock.app.supported=0: not supported, as on Ada and later),
+ * clock.locked.min|max (`nvidia-smi -lgc`; NVML has no getter for it: the GPU only runs slower,
+ * with the user-defined-clocks event reason), nvlink.count + nvlink.down (a list of link
+ * numbers), fabric.state (NVML_GPU_FABRIC_STATE_*; 0 = not supported) + fabric.status,
+ * mig.profiles ("index:id:name:slices:count:memMB;..." what the GPU model offers) and
+ * mig.gi ("profileId:start,..." the GPU instances there are now; a reboot clears them).
+ * The fake nvidia-smi writes these keys (fleet/lab/nvml/nvidia_smi.py); the lab's boot resets
+ * those a real reboot resets (fleet/lab/hosts.py). */
+static nvmlReturn_t str_or_na(int gi, const char *key, const char *dflt, char *out, unsigned int len) {
+    const char *v = gstr(gi, key, dflt);
+    if (!v || !*v || !strcmp(v, "N/A")) return NVML_ERROR_NOT_SUPPORTED;
+    return copy_str(out, len, v);
+}
+EXPORT nvmlReturn_t nvmlDeviceGetInforomImageVersion(nvmlDevice_t dev, char *v, unsigned int length) {
+    DEV_PROLOGUE("nvmlDeviceGetInforomImageVersion");
+    UNLOCK_RETURN(str_or_na(gi, "inforom.img", "G520.0200.00.05", v, length));
+}
+/* object: 0 OEM, 1 ECC, 2 power */
+EXPORT nvmlReturn_t nvmlDeviceGetInforomVersion(nvmlDevice_t dev, int object, char *v, unsigned int length) {
+    DEV_PROLOGUE("nvmlDeviceGetInforomVersion");
+    static const char *keys[] = {"inforom.oem", "inforom.ecc", "inforom.pwr"};
+    static const char *dflt[] = {"2.1", "7.16", "N/A"};
+    if (object < 0 || object > 2) UNLOCK_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    UNLOCK_RETURN(str_or_na(gi, keys[object], dflt[object], v, length));
+}
+EXPORT nvmlReturn_t nvmlDeviceGetGspFirmwareMode(nvmlDevice_t dev, unsigned int *enabled, unsigned int *dflt) {
+    DEV_PROLOGUE("nvmlDeviceGetGspFirmwareMode");
+    if (!enabled || !dflt) UNLOCK_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    *enabled = (unsigned int)gnum(gi, "gsp.enabled", 1);
+    *dflt = (unsigned int)gnum(gi, "gsp.default", 1);
+    UNLOCK_RETURN(NVML_SUCCESS);
+}
+EXPORT nvmlReturn_t nvmlDeviceGetGspFirmwareVersion(nvmlDevice_t dev, char *v) {
+    DEV_PROLOGUE("nvmlDeviceGetGspFirmwareVersion");
+    if (!v) UNLOCK_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (!gnum(gi, "gsp.enabled", 1)) UNLOCK_RETURN(NVML_ERROR_NOT_SUPPORTED);
+    const char *d = kv_get("driver_version");
+    UNLOCK_RETURN(copy_str(v, 64, gstr(gi, "gsp.version", d ? d : "N/A")));
+}
+EXPORT nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t dev, int *mode) {
+    DEV_PROLOGUE("nvmlDeviceGetComputeMode");
+    if (!mode) UNLOCK_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    *mode = (int)gnum(gi, "compute_mode", 0);
+    UNLOCK_RETURN(NVML_SUCCESS);
+}
+EXPORT nvmlReturn_t nvmlDeviceGetPowerManagementLimitConstraints(nvmlDevice_t dev, unsigned int *lo, unsigned int *hi) {
+    DEV_PROLOGUE("nvmlDeviceGetPowerManagementLimitConstraints");
+    if (!lo || !hi) UNLOCK_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    *lo = (unsigned int)gnum(gi, "power.min_mw", 200000);
+    *hi = (unsigned int)gnum(gi, "power.max_mw", gnum(gi, "power.default_limit_mw", 700000));
+    UNLOCK_RETURN(NVML_SUCCESS);
+}
+/* clock type: 0 graphics, 1 SM, 2 memory */
+static nvmlReturn_t app_clock(nvmlDevice_t dev, int type, unsigned int *mhz, int dflt, const char *fn) {
+    DEV_PROLOGUE(fn);
+    if (!mhz || type < 0 || type > 2) UNLOCK_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (!gnum(gi, "clock.app.supported", 1)) UNLOCK_RETURN(NVML_ERROR_NOT_SUPPORTED);
+    const char *what = type == 2 ? "mem" : "graphics";
+    char k[64], kd[64];
+    snprintf(kd, sizeof kd, "clock.app.default.%s", what);
+    snprintf(k, sizeof k, "clock.app.%s", what);
+    unsigned long long d = gnum(gi, kd, type == 2 ? 2619 : 1980);
+    *mhz = (unsigned int)(dflt ? d : gnum(gi, k, d));
+    UNLOCK_RETURN(NVML_SUCCESS);
+}
+EXPORT nvmlReturn_t nvmlDeviceGetApplicationsClock(nvmlDevice_t d, int type, unsigned int *mhz) { return app_clock(d, type, mhz, 0, "nvmlDeviceGetApplicationsClock"); }
+EXPORT nvmlReturn_t nvmlDeviceGetDefaultApplicationsClock(nvmlDevice_t d, int type, unsigned int *mhz) { return app_clock(d, type, mhz, 1, "nvmlDeviceGetDefaultApplicationsClock"); }
+
+EXPORT nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t dev, unsigned int link, unsigned int *active) {
+    DEV_PROLOGUE("nvmlDeviceGetNvLinkState");
+    if (!active) UNLOCK_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    unsigned long long n = gnum(gi, "nvlink.count", 0);
+    if (!n || link >= n) UNLOCK_RETURN(NVML_ERROR_NOT_SUPPORTED);
+    const char *down = gstr(gi, "nvlink.down", "");
+    *active = 1;
+    while (*down) {
+        char *end;
+        unsigned long l = strtoul(down, &end, 10);
+        if (end == down) break;
+        if (l == link) *active = 0;
+        down = *end == ',' ? end + 1 : end;
+    }
+    UNLOCK_RETURN(NVML_SUCCESS);
+}
+
+typedef struct { unsigned char clusterUuid[16]; int status; unsigned int cliqueId; unsigned int state; } nvmlGpuFabricInfo_t;
+EXPORT nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t dev, nvmlGpuFabricInfo_t *info) {
+    DEV_PROLOGUE("nvmlDeviceGetGpuFabricInfo");
+    if (!info) UNLOCK_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    unsigned long long state = gnum(gi, "fabric.state", 0);
+    if (!state) UNLOCK_RETURN(NVML_ERROR_NOT_SUPPORTED);
+    memset(info, 0, sizeof *info);
+    info->state = (unsigned int)state;
+    info->status = (int)gnum(gi, "fabric.status", 0);
+    info->cliqueId = (unsigned int)gnum(gi, "fabric.clique", 0);
+    UNLOCK_RETURN(NVML_SUCCESS);
+}
+
+/* MIG: profile table and GPU instances */
+typedef struct { unsigned int start, size; } nvmlGpuInstancePlacement_t;
+typedef struct {
+    unsigned int version, id, isP2pSupported, sliceCount, instanceCount, multiprocessorCount,
+        copyEngineCount, decoderCount, encoderCount, jpegCount, ofaCount;
+    unsigned long long memorySizeMB;
+    char name[96];
+} nvmlGpuInstanceProfileInfo_v2_t;
+struct mig_gi { int gpu; unsigned int id, profileId, start, size; };
+typedef struct mig_gi *nvmlGpuInstance_t;
+typedef struct { nvmlDevice_t device; unsigned int id, profileId; nvmlGpuInstancePlacement_t placement; } nvmlGpuInstanceInfo_t;
+static struct mig_gi g_gis[MAX_GPUS][16];
+
+/* profile `index` of the table -> fields; 0 when the GPU offers none (caller holds g_lock) */
+static int mig_profile(int gi, unsigned int index, unsigned int *id, char *name, size_t nlen,
+                       unsigned int *slices, unsigned int *count, unsigned long long *mem) {
+    const char *p = gstr(gi, "mig.profiles", "");
+    while (*p) {
+        unsigned int idx, pid, sl, cnt; unsigned long long mb; char nm[64];
+        if (sscanf(p, "%u:%u:%63[^:]:%u:%u:%llu", &idx, &pid, nm, &sl, &cnt, &mb) == 6 && idx == index) {
+            if (id) *id = pid;
+            if (name) snprintf(name, nlen, "MIG %s", nm);
+            if (slices) *slices = sl;
+            if (count) *count = cnt;
+            if (mem) *mem = mb;
+            return 1;
+        }
+        const char *semi = strchr(p, ';');
+        if (!semi) break;
+        p = semi + 1;
+    }
+    return 0;
+}
+EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoV(nvmlDevice_t dev, unsigned int profile, nvmlGpuInstanceProfileInfo_v2_t *info) {
+    DEV_PROLOGUE("nvmlDeviceGetGpuInstanceProfileInfoV");
+    if (!info) UNLOCK_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    unsigned int version = info->version;
+    memset(info, 0, sizeof *info);
+    info->version = version;
+    if (!mig_profile(gi, profile, &info->id, info->name, sizeof info->name, &info->sliceCount,
+                     &info->instanceCount, &info->memorySizeMB))
+        UNLOCK_RETURN(NVML_ERROR_NOT_SUPPORTED);
+    info->multiprocessorCount = info->sliceCount * 16;
+    info->copyEngineCount = info->sliceCount;
+    UNLOCK_RETURN(NVML_SUCCESS);
+}
+EXPORT nvmlReturn_t nvmlDeviceGetGpuInstances(nvmlDevice_t dev, unsigned int profileId, nvmlGpuInstance_t *out, unsigned int *count) {
+    DEV_PROLOGUE("nvmlDeviceGetGpuInstances");
+    if (!count) UNLOCK_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (!gnum(gi, "mig.current", 0)) UNLOCK_RETURN(NVML_ERROR_NOT_SUPPORTED);
+    const char *p = gstr(gi, "mig.gi", "");
+    unsigned int n = 0, seq = 0;
+    while (*p && seq < 16) {
+        char *end;
+        unsigned long pid = strtoul(p, &end, 10), start = 0;
+        if (end == p) break;
+        if (*end == ':') start = strtoul(end + 1, &end, 10);
+        seq++;
+        if (pid == profileId) {
+            struct mig_gi *g = &g_gis[gi][seq - 1];
+            g->gpu = gi; g->id = seq; g->profileId = (unsigned int)pid; g->start = (unsigned int)start;
+            g->size = 1;
+            for (unsigned int i = 0; i < 16; i++) {
+                unsigned int id, sl;
+                if (mig_profile(gi, i, &id, NULL, 0, &sl, NULL, NULL) && id == pid) { g->size = sl; break; }
+            }
+            if (out) out[n] = g;
+            n++;
+        }
+        while (*end && *end != ',') end++;
+        p = *end ? end + 1 : end;
+    }
+    *count = n;
+    UNLOCK_RETURN(NVML_SUCCESS);
+}
+EXPORT nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t g, nvmlGpuInstanceInfo_t *info) {
+    pthread_mutex_lock(&g_lock);
+    if (!g_refcount) UNLOCK_RETURN(NVML_ERROR_UNINITIALIZED);
+    if (!info || !g || g < &g_gis[0][0] || g >= &g_gis[0][0] + MAX_GPUS * 16) UNLOCK_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    info->device = &g_gpus[g->gpu];
+    info->id = g->id;
+    info->profileId = g->profileId;
+    info->placement.start = g->start;
+    info->placement.size = g->size;
     UNLOCK_RETURN(NVML_SUCCESS);
 }

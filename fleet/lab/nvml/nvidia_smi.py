@@ -1,11 +1,15 @@
 #!/usr/bin/python3
 # FAKE nvidia-smi from the fleet lab, answered through pynvml (the fake NVML): the default
 # one-line-per-GPU listing, and what `fleet diagnose` collects: -q -x, dmon -s pucm -c N,
-# pmon -s um -c N, topo -m. Shipped in the fake nvidia-driver packages (fleet/lab/repo.py);
-# runs with the lab host's python3 and imports nothing but the stdlib and pynvml.
+# pmon -s um -c N, topo -m, nvlink -s. Settings are written into the fake NVML's state file
+# with a real GPU's rules (fleet/lab/gpustate.py): -pm, -e (pending until a reboot), -pl (within
+# min/max), -ac/-rac, -lgc/-rgc, -c, -mig, and `mig -lgip/-lgi/-cgi [-C]/-dci/-dgi`.
+# Shipped in the fake nvidia-driver packages (fleet/lab/repo.py); runs with the lab host's
+# python3 and imports nothing but the stdlib and pynvml.
+import os
 import sys
 import time
-from typing import Any
+from typing import Any, NoReturn
 from xml.sax.saxutils import escape
 
 import pynvml as n
@@ -72,6 +76,119 @@ def cpu_ranges(h: Any) -> str:
     return ",".join(out) or "N/A"
 
 
+COMPUTE_NAMES = {0: "Default", 1: "Exclusive_Thread", 2: "Prohibited", 3: "Exclusive_Process"}
+FABRIC_STATES = {1: "Not Started", 2: "In Progress", 3: "Completed"}
+
+
+def na(value: Any) -> str:
+    if value is None:
+        return "N/A"
+    return escape(value.decode() if isinstance(value, bytes) else str(value))
+
+
+def onoff(v: Any) -> str:
+    return "Enabled" if v else "Disabled"
+
+
+def watts(mw: Any) -> str:
+    return "N/A" if mw is None else f"{mw / 1000:.2f} W"
+
+
+def node_xml_head(h: Any) -> list[str]:
+    """persistence, MIG mode and MIG devices, in the order of a real v12/v13 log."""
+    pm = call(n.nvmlDeviceGetPersistenceMode, h)
+    mig = call(n.nvmlDeviceGetMigMode, h)
+    out = [f"<persistence_mode>{'N/A' if pm is None else onoff(pm)}</persistence_mode>",
+           "<mig_mode>" + (f"<current_mig>{onoff(mig[0])}</current_mig>"
+                           f"<pending_mig>{onoff(mig[1])}</pending_mig>" if mig else
+                           "<current_mig>N/A</current_mig><pending_mig>N/A</pending_mig>")
+           + "</mig_mode>"]
+    gis = gpu_instances(h) if mig and mig[0] else []
+    if not gis:
+        return out + ["<mig_devices>None</mig_devices>"]
+    out.append("<mig_devices>")
+    for i, (gi_id, prof) in enumerate(gis):
+        out.append(f"<mig_device><index>{i}</index><gpu_instance_id>{gi_id}</gpu_instance_id>"
+                   "<compute_instance_id>0</compute_instance_id><device_attributes><shared>"
+                   f"<multiprocessor_count>{prof.multiprocessorCount}</multiprocessor_count>"
+                   f"<copy_engine_count>{prof.copyEngineCount}</copy_engine_count>"
+                   "</shared></device_attributes><fb_memory_usage>"
+                   f"<total>{prof.memorySizeMB} MiB</total><reserved>0 MiB</reserved>"
+                   f"<used>0 MiB</used><free>{prof.memorySizeMB} MiB</free></fb_memory_usage>"
+                   "</mig_device>")
+    return out + ["</mig_devices>"]
+
+
+def inforom_xml(h: Any) -> list[str]:
+    objs = [f"<{tag}>{na(call(n.nvmlDeviceGetInforomVersion, h, obj))}</{tag}>"
+            for tag, obj in (("oem_object", 0), ("ecc_object", 1), ("pwr_object", 2))]
+    return ["<inforom_version>",
+            f"<img_version>{na(call(n.nvmlDeviceGetInforomImageVersion, h))}</img_version>",
+            *objs, "</inforom_version>"]
+
+
+def power_limits_xml(h: Any) -> str:
+    lim = call(n.nvmlDeviceGetPowerManagementLimitConstraints, h) or (None, None)
+    cur = call(n.nvmlDeviceGetEnforcedPowerLimit, h)
+    return (f"<current_power_limit>{watts(cur)}</current_power_limit>"
+            f"<requested_power_limit>{watts(call(n.nvmlDeviceGetPowerManagementLimit, h))}"
+            "</requested_power_limit>"
+            f"<default_power_limit>{watts(call(n.nvmlDeviceGetPowerManagementDefaultLimit, h))}"
+            f"</default_power_limit><min_power_limit>{watts(lim[0])}</min_power_limit>"
+            f"<max_power_limit>{watts(lim[1])}</max_power_limit>")
+
+
+def app_clocks_xml(h: Any) -> list[str]:
+    def mhz(fn: Any, clk: int) -> str:
+        try:
+            return f"{fn(h, clk)} MHz"
+        except n.NVMLError_NotSupported:
+            return "Requested functionality has been deprecated"
+        except n.NVMLError:
+            return "N/A"
+    return [f"<{tag}><graphics_clock>{mhz(fn, 0)}</graphics_clock><mem_clock>{mhz(fn, 2)}"
+            f"</mem_clock></{tag}>"
+            for tag, fn in (("applications_clocks", n.nvmlDeviceGetApplicationsClock),
+                            ("default_applications_clocks",
+                             n.nvmlDeviceGetDefaultApplicationsClock))]
+
+
+def fabric_xml(h: Any) -> list[str]:
+    info = n.c_nvmlGpuFabricInfo_t()
+    try:
+        n.nvmlDeviceGetGpuFabricInfo(h, n.byref(info))
+    except n.NVMLError:
+        return ["<fabric><state>N/A</state><status>N/A</status></fabric>"]
+    state = FABRIC_STATES.get(info.state, "N/A")
+    status = "Success" if info.status == 0 else n.nvmlErrorString(info.status)
+    return [f"<fabric><state>{state}</state><status>"
+            f"{status if info.state == 3 else 'N/A'}</status></fabric>"]
+
+
+def mig_profiles(h: Any) -> list[Any]:
+    out = []
+    for idx in range(10):
+        try:
+            out.append(n.nvmlDeviceGetGpuInstanceProfileInfo(h, idx))
+        except n.NVMLError:
+            continue
+    return out
+
+
+def gpu_instances(h: Any) -> list[tuple[int, Any]]:
+    """(GPU instance id, its profile info) for every GPU instance, by id."""
+    out = []
+    for prof in mig_profiles(h):
+        count = n.c_uint(0)
+        arr = (n.c_nvmlGpuInstance_t * 16)()
+        try:
+            n.nvmlDeviceGetGpuInstances(h, prof.id, arr, n.byref(count))
+        except n.NVMLError:
+            continue
+        out += [(n.nvmlGpuInstanceGetInfo(arr[i]).id, prof) for i in range(count.value)]
+    return sorted(out, key=lambda t: t[0])
+
+
 def xml() -> None:
     drv = n.nvmlSystemGetDriverVersion()
     cuda = call(n.nvmlSystemGetCudaDriverVersion, default=0) or 0
@@ -91,7 +208,12 @@ def xml() -> None:
         dbe = call(n.nvmlDeviceGetTotalEccErrors, h, 1, 0, default=0)
         out += [f'<gpu id="{bus}">',
                 f"<product_name>{escape(n.nvmlDeviceGetName(h))}</product_name>",
+                *node_xml_head(h),
                 f"<uuid>{n.nvmlDeviceGetUUID(h)}</uuid>",
+                f"<vbios_version>{na(call(n.nvmlDeviceGetVbiosVersion, h))}</vbios_version>",
+                *inforom_xml(h)]
+        out += [f"<gsp_firmware_version>{na(call(n.nvmlDeviceGetGspFirmwareVersion, h))}"
+                "</gsp_firmware_version>",
                 "<pci>", f"<pci_bus_id>{bus}</pci_bus_id>", "<pci_gpu_link_info><pcie_gen>",
                 f"<max_link_gen>{call(n.nvmlDeviceGetMaxPcieLinkGeneration, h)}</max_link_gen>",
                 f"<current_link_gen>{call(n.nvmlDeviceGetCurrPcieLinkGeneration, h)}"
@@ -102,10 +224,17 @@ def xml() -> None:
                 f"<replay_counter>{call(n.nvmlDeviceGetPcieReplayCounter, h, default=0)}"
                 "</replay_counter>", "</pci>",
                 "<performance_state>P0</performance_state>", "<clocks_event_reasons>"]
+        mode = call(n.nvmlDeviceGetComputeMode, h)
+        ecc = call(n.nvmlDeviceGetEccMode, h)
         for bit, name in REASONS:
             state = "Active" if mask & bit else "Not Active"
             out.append(f"<clocks_event_reason_{name}>{state}</clocks_event_reason_{name}>")
         out += ["</clocks_event_reasons>",
+                f"<compute_mode>{COMPUTE_NAMES.get(mode, 'N/A')}</compute_mode>",
+                "<ecc_mode>" + (f"<current_ecc>{onoff(ecc[0])}</current_ecc>"
+                                f"<pending_ecc>{onoff(ecc[1])}</pending_ecc>" if ecc else
+                                "<current_ecc>N/A</current_ecc><pending_ecc>N/A</pending_ecc>")
+                + "</ecc_mode>",
                 f"<fb_memory_usage><total>{mib(mem.total)} MiB</total><used>{mib(mem.used)} MiB"
                 f"</used><free>{mib(mem.free)} MiB</free></fb_memory_usage>",
                 "<utilization>"
@@ -122,9 +251,8 @@ def xml() -> None:
                 "</temperature>",
                 "<gpu_power_readings>"
                 f"<power_draw>{call(n.nvmlDeviceGetPowerUsage, h, default=0) / 1000:.2f} W"
-                "</power_draw><current_power_limit>"
-                f"{call(n.nvmlDeviceGetEnforcedPowerLimit, h, default=0) / 1000:.2f} W"
-                "</current_power_limit></gpu_power_readings>",
+                "</power_draw>" + power_limits_xml(h) + "</gpu_power_readings>",
+                *app_clocks_xml(h),
                 "<clocks>" + "".join(
                     f"<{t}_clock>{call(n.nvmlDeviceGetClockInfo, h, i)} MHz</{t}_clock>"
                     for i, t in ((0, "graphics"), (1, "sm"), (2, "mem"))) + "</clocks>",
@@ -137,7 +265,7 @@ def xml() -> None:
                        f"<process_name>{escape(comm(p.pid))}</process_name>"
                        f"<used_memory>{mib(p.usedGpuMemory or 0)} MiB</used_memory>"
                        "</process_info>")
-        out += ["</processes>", "</gpu>"]
+        out += ["</processes>", *fabric_xml(h), "</gpu>"]
     out.append("</nvidia_smi_log>")
     print("\n".join(out))
 
@@ -203,9 +331,217 @@ def topo() -> None:
     print("\nLegend:\n\n  X    = Self\n  NV#  = Connection traversing a bonded set of # NVLinks")
 
 
+# ---------------------------------------------------------------- settings (writes)
+STATE = os.environ.get("GPUSIM_STATE") or "/var/lib/gpusim/state"
+COMPUTE_ARGS = {"0": 0, "DEFAULT": 0, "2": 2, "PROHIBITED": 2, "3": 3, "EXCLUSIVE_PROCESS": 3}
+
+
+def write_state(changes: dict[str, str | None]) -> None:
+    """Set (or, for None, drop) keys of the fake NVML's state file, atomically."""
+    with open(STATE) as f:
+        lines = f.read().splitlines()
+    out, seen = [], set()
+    for line in lines:
+        key = line.partition("=")[0].strip()
+        if not line.startswith("#") and key in changes:
+            seen.add(key)
+            if changes[key] is not None:
+                out.append(f"{key}={changes[key]}")
+            continue
+        out.append(line)
+    out += [f"{k}={v}" for k, v in changes.items() if k not in seen and v is not None]
+    tmp = STATE + ".smi"
+    with open(tmp, "w") as f:
+        f.write("\n".join(out) + "\n")
+    os.replace(tmp, STATE)
+
+
+def targets(args: list[str]) -> list[tuple[int, Any]]:
+    hs = handles()
+    if "-i" not in args:
+        return list(enumerate(hs))
+    want = args[args.index("-i") + 1].split(",")
+    return [(int(i), hs[int(i)]) for i in want]
+
+
+def bus_id(h: Any) -> str:
+    b = n.nvmlDeviceGetPciInfo(h).busId
+    return b.decode() if isinstance(b, bytes) else b
+
+
+def fail(msg: str, code: int = 2) -> NoReturn:
+    print(msg)
+    sys.exit(code)
+
+
+def opt(args: list[str], flag: str) -> str:
+    if args.index(flag) + 1 >= len(args):
+        fail(f"Option {flag} requires an argument.")
+    return args[args.index(flag) + 1]
+
+
+def settings(args: list[str]) -> bool:
+    """One setting flag; True when the arguments were a setting."""
+    flags = {"-pm", "-e", "-pl", "-ac", "-rac", "-lgc", "-rgc", "-c", "-mig"}
+    flag = next((a for a in args if a in flags), None)
+    if flag is None or args[:1] and args[0] in ("dmon", "pmon", "topo", "mig", "nvlink"):
+        return False
+    changes: dict[str, str | None] = {}
+    for i, h in targets(args):
+        pre, bus = f"gpu{i}.", bus_id(h)
+        if flag == "-pm":
+            on = opt(args, flag) in ("1", "ENABLED")
+            changes[pre + "persistence"] = "1" if on else "0"
+            print(f"{'Enabled' if on else 'Disabled'} persistence mode for GPU {bus}.")
+        elif flag == "-e":
+            on = opt(args, flag) in ("1", "ENABLED")
+            changes[pre + "ecc.pending"] = "1" if on else "0"
+            print(f"{'Enabled' if on else 'Disabled'} ECC support for GPU {bus}.")
+        elif flag == "-pl":
+            w = float(opt(args, flag))
+            lo, hi = n.nvmlDeviceGetPowerManagementLimitConstraints(h)
+            if not lo <= w * 1000 <= hi:
+                fail(f"Provided power limit {w:.2f} W is not a valid power limit which should be "
+                     f"between {lo / 1000:.2f} W and {hi / 1000:.2f} W for GPU {bus}")
+            old = n.nvmlDeviceGetPowerManagementLimit(h)
+            changes[pre + "power.limit_mw"] = str(int(w * 1000))
+            print(f"Power limit for GPU {bus} was set to {w:.2f} W from {old / 1000:.2f} W.")
+        elif flag in ("-ac", "-rac"):
+            try:
+                dmem = n.nvmlDeviceGetDefaultApplicationsClock(h, 2)
+                dgfx = n.nvmlDeviceGetDefaultApplicationsClock(h, 0)
+            except n.NVMLError:
+                fail(f"Setting applications clocks is not supported for GPU {bus}.", 3)
+            if flag == "-rac":
+                changes.update({pre + "clock.app.graphics": None, pre + "clock.app.mem": None})
+                print(f"All done. Applications clocks reset to {dmem},{dgfx} for GPU {bus}.")
+                continue
+            mem, _, gfx = opt(args, flag).partition(",")
+            top = n.nvmlDeviceGetMaxClockInfo(h, 0)
+            if int(mem) != dmem or not 0 < int(gfx) <= top:
+                fail(f"Specified clock combination \"MEM {mem}, SM {gfx}\" is not supported "
+                     f"for GPU {bus}. Run 'nvidia-smi -q -d SUPPORTED_CLOCKS' to see list of "
+                     "supported clock combinations")
+            changes.update({pre + "clock.app.graphics": gfx, pre + "clock.app.mem": mem})
+            print(f"Applications clocks set to \"(MEM {mem}, SM {gfx})\" for GPU {bus}")
+        elif flag == "-lgc":
+            lo_s, _, hi_s = opt(args, flag).partition(",")
+            hi_s = hi_s or lo_s
+            changes.update({pre + "clock.locked.min": lo_s, pre + "clock.locked.max": hi_s})
+            print(f"GPU clocks set to \"(gpuClkMin {lo_s}, gpuClkMax {hi_s})\" for GPU {bus}")
+        elif flag == "-rgc":
+            changes.update({pre + "clock.locked.min": None, pre + "clock.locked.max": None})
+            print(f"All done. GPU clocks reset for GPU {bus}.")
+        elif flag == "-c":
+            val = opt(args, flag).upper()
+            if val not in COMPUTE_ARGS:
+                fail(f'Invalid compute mode "{val}"')
+            changes[pre + "compute_mode"] = str(COMPUTE_ARGS[val])
+            name = COMPUTE_NAMES[COMPUTE_ARGS[val]].upper()
+            print(f"Set compute mode to {name} for GPU {bus}.")
+        elif flag == "-mig":
+            on = opt(args, flag) in ("1", "ENABLED")
+            if not mig_profiles(h):
+                fail(f"Unable to enable MIG Mode for GPU {bus}: Not Supported", 3)
+            if procs(h):
+                fail(f"Unable to {'enable' if on else 'disable'} MIG Mode for GPU {bus}: "
+                     "In use by another client", 19)
+            # an idle GPU switches at once (driver R470 and later); the instances go with it
+            changes.update({pre + "mig.current": str(int(on)), pre + "mig.pending": str(int(on)),
+                            pre + "mig.gi": None})
+            print(f"{'Enabled' if on else 'Disabled'} MIG Mode for GPU {bus}")
+    write_state(changes)
+    if flag == "-e":
+        print("All done.\nReboot required.")
+    elif flag not in ("-rac", "-rgc"):
+        print("All done.")
+    return True
+
+
+def mig(args: list[str]) -> None:
+    """`nvidia-smi mig`: list profiles and GPU instances, create (-cgi PROFILES [-C]), destroy."""
+    import re as _re
+    for i, h in targets(args):
+        profs = mig_profiles(h)
+        cur = call(n.nvmlDeviceGetMigMode, h)
+        if not cur or not cur[0]:
+            fail("No MIG-enabled devices found.", 6)
+        with open(STATE) as f:
+            state = dict(_re.findall(r"^([^#=\s]+)=(.*)$", f.read(), _re.M))
+        gis = [x for x in (state.get(f"gpu{i}.mig.gi") or "").split(",") if x]
+        if "-lgip" in args:
+            print("GPU instance profiles:\n GPU   Name             ID    Instances   Memory")
+            for p in profs:
+                name = p.name.decode() if isinstance(p.name, bytes) else p.name
+                print(f"  {i}  {name:<16} {p.id:>3}   {p.instanceCount:>2}/{p.instanceCount:<2}"
+                      f"     {p.memorySizeMB / 1024:.2f}")
+        elif "-lgi" in args:
+            if not gis:
+                print("No GPU instances found: Not Found")
+                continue
+            print("GPU instances:\n GPU   Name             Profile  Instance   Placement\n"
+                  "                        ID       ID       Start:Size")
+            for gid, prof in gpu_instances(h):
+                name = prof.name.decode() if isinstance(prof.name, bytes) else prof.name
+                start = gis[gid - 1].partition(":")[2]
+                print(f"  {i}  {name.replace('MIG ', ''):<16} {prof.id:>3}     {gid:>3}"
+                      f"         {start}:{prof.sliceCount}")
+        elif "-cgi" in args:
+            by_key = {}
+            for p in profs:
+                name = (p.name.decode() if isinstance(p.name, bytes) else p.name)
+                by_key[name.replace("MIG ", "")] = p
+                by_key[str(p.id)] = p
+            used = sum(by_key[g.partition(":")[0]].sliceCount for g in gis
+                       if g.partition(":")[0] in by_key)
+            for want in opt(args, "-cgi").split(","):
+                p = by_key.get(want.strip())
+                if p is None:
+                    fail(f"Unable to create a GPU instance on GPU {i} using profile {want}: "
+                         "Invalid Argument", 2)
+                if used + p.sliceCount > 7:
+                    fail(f"Unable to create a GPU instance on GPU {i} using profile {want}: "
+                         "Insufficient Resources", 2)
+                gis.append(f"{p.id}:{used}")
+                used += p.sliceCount
+                name = (p.name.decode() if isinstance(p.name, bytes) else p.name)
+                print(f"Successfully created GPU instance ID {len(gis):2d} on GPU {i:2d} using "
+                      f"profile {name} (ID {p.id:2d})")
+                if "-C" in args:
+                    print(f"Successfully created compute instance ID  0 on GPU {i:2d} GPU "
+                          f"instance ID {len(gis):2d} using profile {name} (ID  0)")
+            write_state({f"gpu{i}.mig.gi": ",".join(gis)})
+        elif "-dgi" in args:
+            for gid in range(1, len(gis) + 1):
+                print(f"Successfully destroyed GPU instance ID {gid:2d} from GPU {i:2d}")
+            write_state({f"gpu{i}.mig.gi": ""})
+        elif "-dci" in args:
+            for gid in range(1, len(gis) + 1):
+                print(f"Successfully destroyed compute instance ID  0 from GPU {i:2d} GPU "
+                      f"instance ID {gid:2d}")
+
+
+def nvlink_status() -> None:
+    """`nvidia-smi nvlink -s`: a line per link, `<inactive>` for a link that is down."""
+    for i, h in enumerate(handles()):
+        print(f"GPU {i}: {n.nvmlDeviceGetName(h)} (UUID: {n.nvmlDeviceGetUUID(h)})")
+        for link in range(64):
+            try:
+                up = n.nvmlDeviceGetNvLinkState(h, link)
+            except n.NVMLError:
+                break
+            print(f"\t Link {link}: {'26.562 GB/s' if up else '<inactive>'}")
+
+
 def main(args: list[str]) -> None:
     init()
-    if args[:2] == ["-q", "-x"] or args[:1] == ["-x"]:
+    if settings(args):
+        return
+    if args[:1] == ["mig"]:
+        mig(args)
+    elif args[:2] == ["nvlink", "-s"]:
+        nvlink_status()
+    elif args[:2] == ["-q", "-x"] or args[:1] == ["-x"]:
         xml()
     elif args[:1] == ["dmon"]:
         dmon(args)

@@ -214,8 +214,8 @@ def test_injected_errors_lost_gpu_and_missing_symbols(sim) -> None:
         r["lost"] = err(n.nvmlDeviceGetHandleByIndex, 1)
         r["temp"] = err(n.nvmlDeviceGetTemperature, h0, 0)
         r["fan"] = err(n.nvmlDeviceGetFanSpeed, h0)
-        r["missing"] = err(n.nvmlDeviceGetGspFirmwareVersion, h0)
-        r["missing2"] = err(n.nvmlDeviceGetNvLinkState, h0, 0)
+        r["missing"] = err(n.nvmlDeviceGetBAR1MemoryInfo, h0)
+        r["missing2"] = err(n.nvmlDeviceGetEncoderUtilization, h0)
         print(json.dumps(r))
     """,
         state="gpu.count=2\ngpu1.error.*=15\ngpu0.error.nvmlDeviceGetTemperature=3\n",
