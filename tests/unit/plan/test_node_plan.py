@@ -1,0 +1,113 @@
+"""Planning a host's node state (fleet.domain.node_plan): which commands, in which order, what
+needs a drain or a reboot, what the boot unit reapplies; unreadable values are never acted on,
+firmware is never flashed. GPU facts in the probe's NVML shape (the lab's H100 defaults)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fleet.domain.facts import GpuFacts
+from fleet.domain.matrix.profiles import NodeProfile
+from fleet.domain.node_plan import BOOT_SCRIPT, BOOT_UNIT, boot_unit, plan_node
+
+PROFILE: dict[str, Any] = {
+    "gpu": {"persistence_mode": True, "ecc": True, "compute_mode": "default",
+            "power_limit_w": "default", "count": 2,
+            "clocks": {"applications": {"memory_mhz": 2619, "graphics_mhz": 1980}}},
+    "firmware": {"vbios": {"H100": ["96.00.99.00.01"]}},
+}
+MIG = {"config": "mixed", "layout": {"version": "v1", "mig-configs": {"mixed": [
+    {"devices": [0], "mig-enabled": True, "mig-devices": {"1g.10gb": 2, "3g.40gb": 1}},
+    {"devices": [1], "mig-enabled": False}]}}}
+
+
+def gpu(i: int, **over: Any) -> GpuFacts:
+    d: dict[str, Any] = {
+        "index": i, "name": "NVIDIA H100 80GB HBM3", "persistence_mode": True,
+        "compute_mode": "default", "ecc_mode_current": True, "ecc_mode_pending": True,
+        "power_limit_w": 700.0, "power_limit_default_w": 700.0, "power_limit_min_w": 200.0,
+        "power_limit_max_w": 700.0, "clocks_applications_graphics_mhz": 1980,
+        "clocks_applications_memory_mhz": 2619, "clocks_default_applications_graphics_mhz": 1980,
+        "clocks_default_applications_memory_mhz": 2619, "clock_event_reasons": [],
+        "mig_mode_current": False, "mig_mode_pending": False, "mig_devices": [],
+        "vbios_version": "96.00.99.00.01"}
+    d.update(over)
+    return GpuFacts.model_validate(d)
+
+
+def test_a_conformant_host_changes_nothing_and_the_boot_unit_still_holds_its_settings() -> None:
+    plan = plan_node([gpu(0), gpu(1)], NodeProfile.model_validate(PROFILE))
+    assert plan.steps == [] and not plan.changed and not plan.drain and not plan.reboot
+    assert ("nvidia-smi", "-i", "1", "-ac", "2619,1980") in plan.boot
+    assert not any("-pl" in c for c in plan.boot)  # a reboot restores the default limit itself
+
+
+def test_each_wrong_setting_is_one_command_in_order_ecc_last_with_drain_and_reboot() -> None:
+    gpus = [gpu(0, ecc_mode_pending=False, ecc_mode_current=False, power_limit_w=200.0),
+            gpu(1, compute_mode="exclusive_process", persistence_mode=False,
+                clock_event_reasons=["applications_clocks_setting"])]
+    plan = plan_node(gpus, NodeProfile.model_validate(PROFILE))
+    assert [(s.gpu, s.argv[3:]) for s in plan.steps] == [
+        (1, ("-pm", "1")), (1, ("-c", "DEFAULT")), (0, ("-pl", "700")), (1, ("-rgc",)),
+        (0, ("-e", "1"))]
+    ecc = plan.steps[-1]
+    assert ecc.drain and ecc.reboot and not ecc.at_boot
+    assert all(not s.drain for s in plan.steps[:-1]) and plan.drain and plan.reboot
+
+
+def test_a_pending_ecc_change_only_asks_for_the_reboot() -> None:
+    plan = plan_node([gpu(0, ecc_mode_current=False, ecc_mode_pending=True)],
+                     NodeProfile.model_validate(PROFILE))
+    assert plan.steps == [] and plan.reboot_due and plan.reboot and plan.drain
+
+
+def test_unreadable_values_are_never_acted_on() -> None:
+    g = gpu(0, persistence_mode={"error": "not_supported"}, power_limit_w={"error": "unknown"},
+            ecc_mode_pending={"error": "gpu_is_lost"})
+    plan = plan_node([g], NodeProfile.model_validate(PROFILE))
+    assert plan.steps == [] and not plan.reboot
+    assert len(plan.unknown) == 3 and "not_supported" in plan.unknown[0]
+
+
+def test_power_outside_the_gpus_range_is_a_note_not_a_command() -> None:
+    prof = {**PROFILE, "gpu": {**PROFILE["gpu"], "power_limit_w": 100}}
+    plan = plan_node([gpu(0)], NodeProfile.model_validate(prof))
+    assert plan.steps == [] and "outside what the GPU allows (200-700 W)" in plan.notes[0]
+
+
+def test_mig_layout_drains_recreates_lost_instances_and_is_reapplied_at_boot() -> None:
+    prof = NodeProfile.model_validate({"mig": MIG})
+    lost = [gpu(0, mig_mode_current=True, mig_devices=[]), gpu(1)]
+    plan = plan_node(lost, prof)
+    assert [s.argv for s in plan.steps] == [
+        ("nvidia-smi", "mig", "-i", "0", "-cgi", "1g.10gb,1g.10gb,3g.40gb", "-C")]
+    assert plan.steps[0].drain and plan.steps[0].at_boot
+    assert plan.boot == [plan.steps[0].argv]
+    fine = [gpu(0, mig_mode_current=True, mig_devices=[
+        {"gpu_instance_id": n, "profile": p} for n, p in
+        ((1, "1g.10gb"), (2, "1g.10gb"), (3, "3g.40gb"))]), gpu(1)]
+    assert plan_node(fine, prof).steps == []
+    off = plan_node([gpu(0), gpu(1, mig_mode_current=True)], prof)
+    assert [s.argv[3:5] for s in off.steps[:2]] == [("-mig", "1"), ("-mig", "0")]
+    parted = plan_node(lost, prof, mig_parted=True)
+    assert [s.argv[0] for s in parted.steps] == ["nvidia-mig-parted"]
+    assert parted.boot[-1][:2] == ("nvidia-mig-parted", "apply")
+
+
+def test_xml_mig_devices_without_profile_names_are_unknown() -> None:
+    prof = NodeProfile.model_validate({"mig": MIG})
+    plan = plan_node([gpu(0, mig_mode_current=True, mig_devices=[
+        {"gpu_instance_id": 1, "profile": None}])], prof)
+    assert plan.steps == [] and "MIG devices" in plan.unknown[0]
+
+
+def test_firmware_is_never_flashed_the_note_names_the_tool() -> None:
+    plan = plan_node([gpu(0, vbios_version="96.00.74.00.0B")], NodeProfile.model_validate(PROFILE))
+    assert plan.steps == [] and "nvfwupd" in plan.notes[0] and "96.00.74.00.0B" in plan.notes[0]
+
+
+def test_boot_unit_runs_before_the_scheduler_daemons() -> None:
+    files = boot_unit(plan_node([gpu(0)], NodeProfile.model_validate(PROFILE)))
+    assert "Before=slurmd.service kubelet.service" in files[BOOT_UNIT]
+    assert f"ExecStart={BOOT_SCRIPT}" in files[BOOT_UNIT]
+    assert "nvidia-smi -i 0 -pm 1 || rc=1" in files[BOOT_SCRIPT].splitlines()
