@@ -280,8 +280,11 @@ def _plan_pool(
     n = len(eligible)
     queue = list(units)
     k = 0
+    capped: list[tuple[int, int]] = []  # (wave, the size its `waves` item asked for)
     while queue:
-        want = min(serial_count(rollout.waves[min(k, len(rollout.waves) - 1)], n), cap)
+        asked = serial_count(rollout.waves[min(k, len(rollout.waves) - 1)], n)
+        left = sum(len(members) for _, members in queue)
+        want = min(asked, cap)
         hosts: list[str] = []
         names: list[str] = []
         while queue and len(hosts) < want:
@@ -300,7 +303,30 @@ def _plan_pool(
             continue
         k += 1
         plan.waves.append(Wave(k, hosts, names))
+        if asked > cap and left > cap:  # the cap, not the pool's last hosts, made it smaller
+            capped.append((k, asked))
+    notes += capped_notes(capped, cap, plan)
     return plan
+
+
+def capped_notes(capped: Sequence[tuple[int, int]], cap: int, plan: PoolPlan) -> list[str]:
+    """`wave 2 capped by max_unavailable from 5 to 2 host(s)`: a wave smaller than the pool's
+    `waves` list asks for says so (consecutive waves cut alike in one line)."""
+    why = f"max_unavailable {plan.max_unavailable}" + (
+        f", {len(plan.unavailable)} host(s) already out of service" if plan.unavailable else "")
+    runs: list[list[tuple[int, int]]] = []
+    for wave, asked in capped:
+        if runs and runs[-1][-1][0] == wave - 1 and runs[-1][-1][1] == asked:
+            runs[-1].append((wave, asked))
+        else:
+            runs.append([(wave, asked)])
+    out = []
+    for run in runs:
+        first, last, asked = run[0][0], run[-1][0], run[0][1]
+        which = f"wave {first}" if first == last else f"waves {first}-{last}"
+        each = "" if first == last else " each"
+        out.append(f"{which} capped by {why}: from {asked} to {cap} host(s){each}")
+    return out
 
 
 def _units(eligible: list[HostRef], admin: Mapping[str, AdminState]) -> list[

@@ -34,6 +34,11 @@ def _rollout_doc(history: Any, ro: Any, *, hosts: bool = False) -> dict[str, Any
                   for w in waves],
     }
     doc["waiting"] = waiting(steps)
+    from fleet.history.rollouts import start_data
+
+    recorded = (start_data(history, ro.id).get("plan") or {}).get("pools") or []
+    doc["plan_notes"] = {p["pool"]: list(p.get("notes") or []) for p in recorded
+                         if p.get("notes")}
     if hosts:
         index = {w.id: w.index for w in waves}
         doc["host_steps"] = [{**s.as_dict(), "wave": index.get(s.wave_id)} for s in steps]
@@ -126,6 +131,10 @@ def status_cmd(ctx: typer.Context,
     console.print(t)
     for line in waiting_lines(doc["waiting"]):
         console.print(line, markup=False, highlight=False)
+    for pool, notes in doc["plan_notes"].items():  # capped waves, units moving short
+        for note in notes:
+            console.print(f"  note: {pool}: {note}", markup=False, highlight=False,
+                          soft_wrap=True)
     if hosts:
         from fleet.cli.table import show
 

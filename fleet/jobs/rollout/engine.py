@@ -84,7 +84,8 @@ class RolloutEngine(WaveSteps, BenchGate, Rollbacks):
             start_data={"options": self.opts.as_dict(), **dict(start_data or {}),
                         "plan": {"pools": [{"pool": p.pool, "release": p.release,
                                             "waves": [len(w.hosts) for w in p.waves],
-                                            "skipped": p.skipped, "blocked": p.blocked}
+                                            "skipped": p.skipped, "blocked": p.blocked,
+                                            "notes": p.notes}
                                            for p in plan.pools]}})
         self._checkpoint("created")
         result = self._run()

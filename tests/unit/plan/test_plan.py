@@ -122,3 +122,15 @@ def test_json_round_trip(matrix: Matrix) -> None:
     text = plan.to_json()
     again = RolloutPlan.from_dict(json.loads(text))
     assert again == plan and again.to_json() == text
+
+
+def test_a_wave_capped_by_max_unavailable_says_so(matrix: Matrix) -> None:
+    """`waves: [1, 5, "20%"]` with max_unavailable 12 plans 1, 5, then 12s: the plan says
+    which waves the cap cut, from what to what (issue 30); the pool's last, smaller wave is
+    short of hosts, not capped."""
+    fleet = SimFleet.build(matrix, pools={"h100": 120, "h100-canary": 3})
+    plan = plan_rollout(matrix, fleet.hosts(), releases=fleet.releases_by_host())
+    h100, canary = plan.pool("h100"), plan.pool("h100-canary")
+    assert h100.notes == ["waves 3-11 capped by max_unavailable 12: from 24 to 12 host(s) each"]
+    assert canary.notes == ["wave 2 capped by max_unavailable 1: from 2 to 1 host(s)"]
+    assert RolloutPlan.from_dict(plan.as_dict()).pool("h100").notes == h100.notes

@@ -143,3 +143,30 @@ def test_plan_of_a_sim_with_an_unreachable_host_exits_3(fleet_cli, tmp_path: Pat
     doc = json.loads(r.stdout)
     assert doc["unreachable"] == ["h100-00003"] and "h100-00003" in r.stderr
     assert doc["never_probed"] == []  # a simulated fleet knows every host
+
+
+def test_plan_and_status_say_which_waves_max_unavailable_capped(
+        fleet_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Wave sizes no longer change silently (issue 30): 120 h100 hosts, waves [1, 5, "20%"],
+    max_unavailable 10% = 12."""
+    note = "waves 3-11 capped by max_unavailable 12: from 24 to 12 host(s) each"
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("pools: {h100: {hosts: 120}}\n")
+    r = fleet_cli("rollout", "plan", "-m", MATRIX, "--sim-spec", str(spec))
+    assert r.returncode == 0, r.stderr
+    assert note in r.stdout + r.stderr
+    r = fleet_cli("rollout", "plan", "-m", MATRIX, "--sim-spec", str(spec), "--json")
+    assert json.loads(r.stdout)["pools"][0]["notes"] == [note]
+    db = str(tmp_path / "f.db")
+    r = fleet_cli("--db", db, "rollout", "start", "-m", MATRIX, "--sim-spec", str(spec),
+                  "--dry")
+    assert r.returncode == 0 and note in r.stdout + r.stderr, r.stderr
+    small = tmp_path / "small.yaml"  # a rollout that is quick to run: 6 hosts, cap 1
+    small.write_text("pools: {h100: {hosts: 6}}\n")
+    r = fleet_cli("--db", db, "rollout", "start", "-m", MATRIX, "--sim-spec", str(small))
+    assert r.returncode == 0, r.stderr
+    one = "wave 2 capped by max_unavailable 1: from 5 to 1 host(s)"
+    r = fleet_cli("--db", db, "rollout", "status", "1")
+    assert f"note: h100: {one}" in r.stdout + r.stderr
+    r = fleet_cli("--db", db, "rollout", "status", "1", "--json")
+    assert json.loads(r.stdout)["plan_notes"] == {"h100": [one]}
