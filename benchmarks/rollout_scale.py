@@ -48,15 +48,17 @@ def one(n: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp, open_history(f"{tmp}/h.db") as history:
         engine = RolloutEngine(fleet, fleet.scheduler(), history, m, now=clock,
                                sleep=clock.advance, actor="bench", options=RolloutOptions())
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         res = engine.start(matrix_path="bench", releases=fleet.releases_by_host())
         seconds = time.perf_counter() - t0
+        cpu = time.process_time() - c0
     assert res.status == "completed", res.reason
     assert res.hosts == {"done": n}, res.hosts
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {"hosts": n, "waves": len(res.waves), "seconds": seconds,
             "ms_per_host": 1000 * seconds / n,
-            "ms_per_host_step": 1000 * seconds / (n * STEPS_PER_HOST), "peak_rss_mb": rss_mb}
+            "ms_per_host_step": 1000 * seconds / (n * STEPS_PER_HOST),
+            "cpu_ms_per_host_step": 1000 * cpu / (n * STEPS_PER_HOST), "peak_rss_mb": rss_mb}
 
 
 def main() -> None:
@@ -78,7 +80,9 @@ def main() -> None:
         med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
         medians[n] = med
         print(f"{n:>6} hosts x8 GPUs, {int(med['waves'])} waves: {med['seconds']:.2f} s, "
-              f"{med['ms_per_host']:.3f} ms/host, {med['ms_per_host_step']:.3f} ms/host-step, "
+              f"{med['ms_per_host']:.3f} ms/host, {med['ms_per_host_step']:.3f} ms/host-step "
+              f"({med['cpu_ms_per_host_step']:.3f} ms of CPU: the figure to compare on a "
+              "loaded machine), "
               f"peak RSS {med['peak_rss_mb']:.0f} MB (median of {args.runs})")
     sizes = sorted(medians)
     if len(sizes) >= 2:

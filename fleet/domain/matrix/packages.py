@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 from importlib import resources
 from typing import Any, Literal
 
@@ -56,14 +56,20 @@ class NameRule:
             return False
         return not (self.version_below and compare(version, self.version_below) >= 0)
 
-    def patterns(self) -> list[re.Pattern[str]]:
-        """Each name template as an anchored pattern: any branch, CUDA or cuDNN major."""
-        out = []
-        for name in self.names:
-            parts = _PLACEHOLDER.split(name)
-            rx = "".join(re.escape(p) if i % 2 == 0 else "[0-9]+" for i, p in enumerate(parts))
-            out.append(re.compile(f"^{rx}$"))
-        return out
+    def patterns(self) -> tuple[re.Pattern[str], ...]:
+        """Each name template as an anchored pattern: any branch, CUDA or cuDNN major (built
+        once per rule: the checks ask for every package of every host)."""
+        return _name_patterns(self.names)
+
+
+@cache
+def _name_patterns(names: tuple[str, ...]) -> tuple[re.Pattern[str], ...]:
+    out = []
+    for name in names:
+        parts = _PLACEHOLDER.split(name)
+        rx = "".join(re.escape(p) if i % 2 == 0 else "[0-9]+" for i, p in enumerate(parts))
+        out.append(re.compile(f"^{rx}$"))
+    return tuple(out)
 
 
 @dataclass(frozen=True)

@@ -77,7 +77,7 @@ class EngineCore:
     ) -> None:
         self.history, self.matrix = history, matrix
         # every call that reaches a host first checks this controller still holds the lock
-        guard = guard_for(self._lost)
+        guard = self._guard = guard_for(self._lost)
         self.backend = cast(Backend, Fenced(backend, guard))
         self.scheduler = cast(Scheduler, Fenced(scheduler, guard))
         self.unfenced_backend = backend

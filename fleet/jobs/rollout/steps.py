@@ -76,7 +76,8 @@ class WaveSteps(EngineCore):
         wait = DrainWait(self.scheduler, settings, f"rollout {self.rid} wave {w.index}",
                          now=self.now, sleep=self.sleep, since=since,
                          on_round=lambda views: self._drain_round(w, by_host, views))
-        refused = wait.issue(list(by_host))
+        with self._guard.batch():  # one drain call per host: one lock read per batch window
+            refused = wait.issue(list(by_host))
         for r in live:  # the wait's start is on record before the first look
             r.detail = {**r.detail, "drain_since": wait.since[r.host].isoformat(),
                         "ours": r.host not in refused}
@@ -383,13 +384,14 @@ class WaveSteps(EngineCore):
         self._write(todo + release, events=[self._step_event(w, "undrain", "begin",
                                                              todo + release)],
                     label=f"wave{w.index}:undrain:begin")
-        for r in todo + release:
-            err = self._undrain_one(r)
-            if r in todo:
-                self._set([r], "done", ended=True, **({"undrain_error": err} if err else {}))
-            else:
-                r.detail = {**{k: v for k, v in r.detail.items() if k != "releasing"},
-                            "released": True, **({"undrain_error": err} if err else {})}
+        with self._guard.batch():  # one undrain call per host: one lock read per batch window
+            for r in todo + release:
+                err = self._undrain_one(r)
+                if r in todo:
+                    self._set([r], "done", ended=True, **({"undrain_error": err} if err else {}))
+                else:
+                    r.detail = {**{k: v for k, v in r.detail.items() if k != "releasing"},
+                                "released": True, **({"undrain_error": err} if err else {})}
         self._write(todo + release, events=[self._step_event(w, "undrain", "end",
                                                              todo + release)],
                     label=f"wave{w.index}:undrain:end")

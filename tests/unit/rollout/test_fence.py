@@ -9,6 +9,7 @@ below is that check, so these tests fail on such a wrapper under 3.11 too.
 from __future__ import annotations
 
 import inspect
+from collections import Counter
 from typing import Any, Generic, Protocol
 
 import pytest
@@ -127,3 +128,88 @@ def test_host_calls_pass_the_guard_reads_do_not() -> None:
         assert len(calls) == before  # stopped before any command ran
     assert fenced.unfenced.name == "slurm"
     assert fenced.drain_kick_s == 0.0  # the adapter's extras still reach through
+
+
+class _Lock:
+    """A lock check that counts its reads and can be lost; a clock the test moves."""
+
+    def __init__(self) -> None:
+        self.reads, self.lost, self.t = 0, False, 100.0
+
+    def check(self) -> str | None:
+        self.reads += 1
+        return "taken over by ctl-b" if self.lost else None
+
+
+def test_outside_a_batch_every_host_call_reads_the_lock() -> None:
+    from fleet.jobs.rollout.fence import Guard
+
+    lock = _Lock()
+    guard = Guard(lock.check, clock=lambda: lock.t)
+    guard()
+    guard()
+    assert lock.reads == 2
+    lock.lost = True  # no time passes: the next call still reads, and stops
+    with pytest.raises(LockLost, match="ctl-b"):
+        guard()
+
+
+def test_a_batch_reads_once_per_window_and_still_stops_a_lost_controller() -> None:
+    from fleet.jobs.rollout.fence import Guard
+
+    lock = _Lock()
+    guard = Guard(lock.check, clock=lambda: lock.t, fresh_s=0.25)
+    with guard.batch():
+        for _ in range(1000):  # a thousand undrains that take no time: one read
+            guard()
+        assert lock.reads == 1
+        lock.lost = True
+        lock.t += 0.2  # within the window of the read that saw it held
+        guard()
+        lock.t += 0.05  # the window is over: read again, and stop
+        with pytest.raises(LockLost):
+            guard()
+        with pytest.raises(LockLost):  # a failed read covers nothing
+            guard()
+    assert lock.reads == 3
+    lock.lost = False
+    with guard.batch():
+        guard()
+    lock.lost = True
+    with guard.batch(), pytest.raises(LockLost):  # a new batch starts with a read
+        guard()
+
+
+def test_a_rollout_reads_the_lock_per_batch_not_per_host(matrix: Any, tmp_path: Any,
+                                                         monkeypatch: Any) -> None:
+    """60 hosts drained and undrained one call each: inside each step's batch the lock is read
+    once (the clock stands still here), not once per host (2,030 reads at 1,000 hosts before,
+    issue 28); every other host call still reads it."""
+    from fleet.jobs.rollout import fence
+    from tests.unit.rollout.helpers import Rig
+
+    calls: Counter[str] = Counter()
+    call = fence.Fenced._call
+
+    def counted(self: Any, name: str, *a: Any, **k: Any) -> Any:
+        calls[name] += name in fence.TOUCH
+        return call(self, name, *a, **k)
+
+    monkeypatch.setattr(fence.Fenced, "_call", counted)
+    rig = Rig(matrix, tmp_path, pools={"h100": 60})
+    eng = rig.engine()
+    reads = [0]
+    lost = eng._lost
+
+    def counting() -> str | None:
+        reads[0] += 1
+        return lost()
+
+    eng._guard._check, eng._guard._clock = counting, lambda: 0.0
+    res = rig.start(engine=eng)
+    assert res.status == "completed", res.reason
+    assert calls["drain"] == calls["undrain"] == 60
+    per_host = calls["drain"] + calls["undrain"]
+    others = sum(calls.values()) - per_host
+    batches = 2 * len(res.waves)  # one drain batch and one undrain batch per wave
+    assert others < reads[0] <= others + batches, (reads[0], others, batches)
