@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from fleet.cli.output import console, emit_json, esc
+from fleet.cli.output import console, emit_json, esc, stdout
 from fleet.cli.selection import Limit
 from fleet.errors import BadInput, CouldNotComplete, ProblemsFound
 
@@ -43,13 +43,16 @@ def exec_(
     if json_out:
         emit_json({"command": line, "groups": [g.as_dict() for g in groups]})
     else:
+        # headers and the hosts' output on one stream (the results), each output ended by a
+        # newline: on two streams a pipe or file interleaves them by buffer, and a last line
+        # without its newline ran into the next group's header
         for g in groups:
             head = f"[bold]{len(g.hosts)} host(s)[/bold]: {esc(', '.join(g.hosts))}"
             status = g.error or f"exit {g.exit_code}"
-            console.print(f"{head}  [dim]({esc(status)})[/dim]", soft_wrap=True)
+            stdout.print(f"{head}  [dim]({esc(status)})[/dim]", soft_wrap=True)
             for text in (g.stdout, g.stderr):
                 if text:
-                    typer.echo(text.rstrip("\n"))
+                    stdout.out(text.rstrip("\n"), highlight=False)
     silent = [r.host for r in results if r.exit_code is None]
     if silent:
         raise CouldNotComplete(f"{len(silent)} host(s) did not answer: {', '.join(silent)}")
