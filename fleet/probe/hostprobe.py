@@ -801,12 +801,41 @@ def _etree_to_tree(elem):
     return node
 
 
-def parse_nvsmi_xml(text):
-    """`nvidia-smi -q -x` output -> {"driver_version", "cuda_version", "gpus": [...], "dtd"}."""
+MAX_XML_DEPTH = 64
+"""nvidia-smi's XML nests about six elements deep; the tree readers here recurse per level."""
+
+
+class XmlTooDeep(ValueError):
+    """An XML document nested deeper than MAX_XML_DEPTH elements (not a RecursionError later)."""
+
+
+def xml_root(body, limit=MAX_XML_DEPTH):
+    """The root element of an XML text, refusing one nested deeper than `limit` elements while
+    it is parsed (expat itself does not recurse; `_etree_to_tree` would)."""
     import xml.etree.ElementTree as ET  # noqa: N817  (lazy: only the fallback pays for it)
 
+    class _Bounded(ET.TreeBuilder):
+        depth = 0
+
+        def start(self, tag, attrs):
+            self.depth += 1
+            if self.depth > limit:
+                raise XmlTooDeep(f"XML nested deeper than {limit} elements (<{tag}>)")
+            return super().start(tag, attrs)
+
+        def end(self, tag):
+            self.depth -= 1
+            return super().end(tag)
+
+    parser = ET.XMLParser(target=_Bounded())
+    parser.feed(body.encode("utf-8") if isinstance(body, str) else body)
+    return parser.close()
+
+
+def parse_nvsmi_xml(text):
+    """`nvidia-smi -q -x` output -> {"driver_version", "cuda_version", "gpus": [...], "dtd"}."""
     body = re.sub(r"<!DOCTYPE[^>]*>", "", text, count=1)
-    root = ET.fromstring(body.encode("utf-8") if isinstance(body, str) else body)
+    root = xml_root(body)
     if root.tag != "nvidia_smi_log":
         raise ValueError(f"not an nvidia-smi XML log (root <{root.tag}>)")
     dtd = re.search(r"nvsmi_device_(v\d+)\.dtd", text)

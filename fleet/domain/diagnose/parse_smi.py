@@ -14,7 +14,7 @@ from fleet.domain.diagnose.model import GpuProcess, GpuState, SmiSnapshot
 from fleet.domain.facts import GpuFacts
 from fleet.domain.nvsmi.q_text import looks_like_q_text, text_to_tree
 from fleet.errors import BadInput
-from fleet.probe.hostprobe import _etree_to_tree, gpu_from_tree
+from fleet.probe.hostprobe import XmlTooDeep, _etree_to_tree, gpu_from_tree, xml_root
 
 # What nvidia-smi prints instead of a report when it cannot talk to the driver or finds no GPU.
 _FAILURES = (
@@ -117,7 +117,9 @@ def parse_smi_xml(text: str, name: str = "nvidia-smi-q.xml") -> SmiSnapshot:
         if failure:
             return SmiSnapshot(source="nvidia-smi-xml", failure=failure)
     try:
-        root = ET.fromstring(body)
+        root = xml_root(body)
+    except XmlTooDeep as exc:
+        raise BadInput.single(str(exc), file=name, field="nvidia_smi_log") from None
     except ET.ParseError as exc:
         failure = smi_failure(text)
         if failure:
