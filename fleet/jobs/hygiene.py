@@ -35,6 +35,7 @@ from fleet.domain.checks import Finding, Severity, expectations_for, run_checks
 from fleet.domain.drift import DriftInput, HostDrift, audit, summarize
 from fleet.domain.facts import HostFacts
 from fleet.domain.matrix.models import Matrix
+from fleet.domain.node_state import node_state_section
 from fleet.domain.ports import Backend, HostRef, Samples, Scheduler
 from fleet.domain.quarantine import QuarantinePlan, propose
 from fleet.domain.trends import TrendReport, TrendSettings, analyze
@@ -98,6 +99,13 @@ class HygieneReport:
     benchmarks: list[PoolBenchmark] = field(default_factory=list)
     findings: dict[str, list[Finding]] = field(default_factory=dict)
     open_quarantines: list[dict[str, Any]] = field(default_factory=list)
+    node_profiles: dict[str, str | None] = field(default_factory=dict)
+    """Audited host -> the node profile its pool selects (None: none)."""
+
+    def node_state(self) -> dict[str, Any]:
+        """The node-state section: conformance to the node profiles (fleet.domain.node_state)."""
+        pools = {d.host: d.pool for d in self.drift}
+        return node_state_section(self.findings, pools, self.node_profiles)
 
     @property
     def non_conformant(self) -> list[HostDrift]:
@@ -164,6 +172,7 @@ class HygieneReport:
                            "applied": [a.as_dict() for a in self.applied],
                            "open": self.open_quarantines},
             "benchmarks": [b.as_dict() for b in self.benchmarks],
+            "node_state": self.node_state(),
             "problems": self.problems(),
         }
 
@@ -217,6 +226,7 @@ def run_hygiene(
     answers = backend.probe(names, since=kernel_cursors(history, names))
     inputs: list[DriftInput] = []
     findings: dict[str, list[Finding]] = {}
+    node_profiles: dict[str, str | None] = {}
     for ref in refs:
         res = answers.get(ref.name)
         pool = ref.pool or ""
@@ -226,9 +236,12 @@ def run_hygiene(
                                       gpu_count=ref.gpu_count)
             found = run_checks(facts, expect, th)
             findings[ref.name] = found
+            node_profiles[ref.name] = matrix.profile_name_for(
+                pool, next((g.name for g in facts.gpus if g.name), None) or ref.gpu_model)
             record_snapshot(history, ref.name, facts, found, taken_at=now, pool=pool)
             inputs.append(DriftInput(ref.name, pool, True, facts))
         else:
+            node_profiles[ref.name] = matrix.profile_name_for(pool, ref.gpu_model)
             reachable = res.reachable if res is not None else False
             error = (res.error if res is not None else None) or "no answer from the backend"
             add_snapshot(history, ref.name, taken_at=now, source="none", reachable=reachable,
@@ -284,6 +297,7 @@ def run_hygiene(
     report = HygieneReport(
         now=now, hosts=refs, drift=drift, trends=trends, quarantine=plan, applied=applied,
         apply_requested=apply_quarantine, benchmarks=benches, findings=findings,
+        node_profiles=node_profiles,
         open_quarantines=[
             {"host": h.name, "pool": h.pool, "reason": q.reason, "opened_at": q.opened_at,
              "opened_by": q.opened_by} for q, h in list_quarantines(history)],

@@ -8,6 +8,7 @@ from html import escape
 from typing import Any
 
 from fleet.reports.bench_samples import CHECK_HEADER, check_rows, counts
+from fleet.reports.node_state import FIELD_HEADER, FINDING_HEADER, HOST_HEADER, node_state_rows
 
 _CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222;max-width:1200px}
@@ -114,6 +115,12 @@ def render_html(report: Mapping[str, Any], worst: int = 25) -> str:
                        [(escape(x["host"]), escape(str(x["pool"])), escape(x["release"] or "-"),
                          "<br>".join(escape(y["text"]) for y in x["differences"]))
                         for x in bad]) if bad else "<p>Every host is conformant.</p>")
+    ns = node_state_rows(report)
+    body.append(f"<h2>Node state (profiles)</h2><p>{escape(ns['summary'])}</p>")
+    for header, rows in ((HOST_HEADER, ns["hosts"]), (FINDING_HEADER, ns["findings"]),
+                         (FIELD_HEADER, ns["fields"])):
+        if rows:
+            body.append(_table(list(header), [tuple(escape(str(c)) for c in r) for r in rows]))
     body.append("<h2>Quarantine</h2>")
     body.append(_table(["host", "pool", "decision", "reasons"],
                        [(escape(p["host"]), escape(p["pool"]), escape(p["decision"]),

@@ -9,6 +9,7 @@ from datetime import date, datetime
 from typing import Any
 
 from fleet.reports.bench_samples import CHECK_HEADER, check_rows, counts
+from fleet.reports.node_state import FIELD_HEADER, FINDING_HEADER, HOST_HEADER, node_state_rows
 
 
 def _default(obj: Any) -> Any:
@@ -76,6 +77,13 @@ def render_markdown(report: Mapping[str, Any], worst: int = 20) -> str:
         out += ["", f"{len(behind)} host(s) on an allowed release other than their golden: "
                 + _md(", ".join(f"{x['host']} ({x['release']})" for x in behind[:20]))
                 + (" ..." if len(behind) > 20 else "")]
+    ns = node_state_rows(report)
+    out += ["", "## Node state (profiles)", "", _md(ns["summary"])]
+    if ns["hosts"]:
+        out += ["", *_table(HOST_HEADER, ns["hosts"]), "", *_table(FINDING_HEADER,
+                                                                    ns["findings"])]
+    if ns["fields"]:
+        out += ["", *_table(FIELD_HEADER, ns["fields"])]
     t = report["trends"]
     out += ["", f"## Trends (last {t['window_weeks']} weeks)", ""]
     pools = t["pools"]

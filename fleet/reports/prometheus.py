@@ -75,6 +75,16 @@ def render_prometheus(report: Mapping[str, Any]) -> str:
     for d in report["drift"]:
         f.add("host_differences", "Number of drift differences of the host.",
               len(d["differences"]), {"host": d["host"], "pool": d["pool"] or ""})
+    node = report.get("node_state") or {}
+    for h in node.get("hosts", []):
+        if h["conformant"] is not None:
+            f.add("node_conformant", "1 when the host matches its pool's node profile (an "
+                  "unreadable value counts as not conformant).", 1 if h["conformant"] else 0,
+                  {"host": h["host"], "pool": h["pool"] or "", "profile": h["profile"] or ""})
+    for check, counts in node.get("fields", {}).items():
+        for kind in ("differ", "unreadable"):
+            f.add("node_field_findings", "Node-profile findings across the fleet per check "
+                  "(kind: differ or unreadable).", counts[kind], {"check": check, "kind": kind})
     for pool, v in report["trends"]["pools"].items():
         f.add("pool_ecc_corrected_last_week", "Corrected ECC errors in the pool last week.",
               round(v["ecc_corrected"][-1], 3) if v["ecc_corrected"] else 0, {"pool": pool})

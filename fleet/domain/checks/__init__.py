@@ -1,7 +1,7 @@
 """Check catalog: pure health and conformance checks over HostFacts (see `catalog`)."""
 
 from fleet.domain.checks.base import Check
-from fleet.domain.checks.catalog import CHECKS, run_checks, worst
+from fleet.domain.checks.catalog import CHECK_ALIASES, CHECKS, canonical_check, run_checks, worst
 from fleet.domain.checks.expect import expectations_for, release_expectation
 from fleet.domain.checks.models import (
     Expectations,
@@ -14,6 +14,7 @@ from fleet.domain.checks.xid import XidInfo, judge_xid, xid_catalog, xid_classes
 
 __all__ = [
     "CHECKS",
+    "CHECK_ALIASES",
     "Check",
     "Expectations",
     "Finding",
@@ -21,6 +22,7 @@ __all__ = [
     "Remediation",
     "Severity",
     "XidInfo",
+    "canonical_check",
     "expectations_for",
     "judge_xid",
     "release_expectation",

@@ -38,7 +38,8 @@ def expectations_for(
     os_family: OsFamily = "debian",
 ) -> Expectations:
     """Expectations for a host of `pool`: its golden release, the other allowed releases, and
-    the GPU model (argument, else the pool's `gpu_model` in the matrix) and count.
+    the GPU model (argument, else the pool's `gpu_model` in the matrix) and count, and the
+    pool's node profile (one, or one per GPU model).
 
     A pool the matrix does not list gets the default golden release and no GPU model. Raises
     ValueError for an unknown OS family, and KeyError only if the matrix names a release it does
@@ -54,10 +55,15 @@ def expectations_for(
     )
     settings = matrix.pools.get(pool)
     model = gpu_model if gpu_model is not None else (settings.gpu_model if settings else None)
+    chosen = settings.profile if settings else None
+    by_model = ({key: matrix.profiles[name] for key, name in chosen.items()
+                 if name in matrix.profiles} if isinstance(chosen, dict) else {})
     return Expectations(
         release=release_expectation(golden, os_family),
         allowed=allowed,
         gpu_count=gpu_count,
         gpu_model=model,
         secure_boot=settings.secure_boot if settings else "any",
+        profile=matrix.profiles.get(chosen) if isinstance(chosen, str) else None,
+        profile_by_model=by_model,
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from fleet.domain.checks.base import FAIL, WARN, Check, finding, registrar
+from fleet.domain.checks.base import FAIL, WARN, Check, finding, profile_of, registrar
 from fleet.domain.checks.models import Expectations, Finding
 from fleet.domain.facts import HostFacts
 from fleet.domain.matrix.models import Thresholds
@@ -20,8 +20,13 @@ check = registrar(CHECKS)
     "ECC is on, and its counters can be read",
 )
 def ecc_mode(facts: HostFacts, exp: Expectations, th: Thresholds) -> Iterable[Finding]:
+    profile = profile_of(facts, exp)
+    # A node profile that declares ECC judges the mode itself (node.ecc, node.ecc_pending).
+    declared = profile is not None and profile.gpu is not None and profile.gpu.ecc is not None
     for g in facts.gpus:
         if g.ecc_mode_current is False:
+            if declared:  # off as the profile wants (or node.ecc says otherwise)
+                continue
             yield finding(
                 "ecc.mode",
                 FAIL,
@@ -47,7 +52,7 @@ def ecc_mode(facts: HostFacts, exp: Expectations, th: Thresholds) -> Iterable[Fi
                 g,
                 facts=sorted(f"gpus.{k}" for k in unread),
             )
-        if g.ecc_mode_pending is False and g.ecc_mode_current:
+        if g.ecc_mode_pending is False and g.ecc_mode_current and not declared:
             yield finding(
                 "ecc.mode",
                 WARN,

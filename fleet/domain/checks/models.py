@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from fleet.domain.matrix.profiles import NodeProfile
+
 Remediation = Literal[
     "none", "reset_gpu", "reboot", "drain", "rma", "reinstall_driver", "fix_container_runtime"
 ]
@@ -70,4 +72,9 @@ class Expectations:
     """The NVIDIA container runtime must be configured (Kubernetes or docker pools)."""
     secure_boot: Literal["required", "forbidden", "any"] = "any"
     """The pool's Secure Boot policy (`node.next_boot`)."""
+    profile: NodeProfile | None = None
+    """The pool's node profile (`node.*` checks); see `profile_by_model` for a per-model pick."""
+    profile_by_model: dict[str, NodeProfile] = field(default_factory=dict)
+    """GPU model key -> profile, when the pool picks one per GPU model (the host's first GPU's
+    product name chooses, the longest matching key wins)."""
     extra: dict[str, Any] = field(default_factory=dict)

@@ -1,4 +1,5 @@
-"""Mode and clock checks: slowdown reasons, temperature, persistence mode, MIG mode.
+"""Clock and thermal checks: slowdown reasons, temperature. (Persistence and MIG mode moved to
+the node-profile checks: `node_settings`, `node_mig`.)
 """
 
 from __future__ import annotations
@@ -46,52 +47,4 @@ def temperature(facts: HostFacts, exp: Expectations, th: Thresholds) -> Iterable
                 facts=["gpus.temperature_c"],
                 temperature_c=g.temperature_c,
                 limit_c=th.gpu_temperature_max_c,
-            )
-
-
-@check("persistence_mode", ("gpus.persistence_mode",), "persistence mode on")
-def persistence(facts: HostFacts, exp: Expectations, th: Thresholds) -> Iterable[Finding]:
-    if not th.require_persistence_mode:
-        return
-    for g in facts.gpus:
-        if g.persistence_mode is False:
-            yield finding(
-                "persistence_mode",
-                WARN,
-                "none",
-                f"{g.label}: persistence mode off (enable nvidia-persistenced)",
-                g,
-                facts=["gpus.persistence_mode"],
-            )
-
-
-@check("mig.mode", ("gpus.mig_mode_current", "gpus.mig_mode_pending"), "MIG mode as expected")
-def mig_mode(facts: HostFacts, exp: Expectations, th: Thresholds) -> Iterable[Finding]:
-    for g in facts.gpus:
-        if (
-            exp.mig_mode is not None
-            and g.mig_mode_current is not None
-            and g.mig_mode_current != exp.mig_mode
-        ):
-            yield finding(
-                "mig.mode",
-                FAIL,
-                "reset_gpu",
-                f"{g.label}: MIG {'on' if g.mig_mode_current else 'off'}, expected "
-                f"{'on' if exp.mig_mode else 'off'}",
-                g,
-                facts=["gpus.mig_mode_current"],
-            )
-        elif (
-            g.mig_mode_pending is not None
-            and g.mig_mode_current is not None
-            and g.mig_mode_pending != g.mig_mode_current
-        ):
-            yield finding(
-                "mig.mode",
-                WARN,
-                "reset_gpu",
-                f"{g.label}: MIG mode change pending until the GPU is reset",
-                g,
-                facts=["gpus.mig_mode_pending"],
             )

@@ -372,15 +372,20 @@ class Matrix(_Model):
         default={}, description="Named node profiles (GPU settings, MIG layout, firmware, "
         "links) that pools select with pools.NAME.profile; see fleet.domain.matrix.profiles.")
 
-    def profile_for(self, pool: str, gpu_model: str | None = None) -> NodeProfile | None:
-        """The node profile a host of `pool` (with this GPU model) must match, or None."""
+    def profile_name_for(self, pool: str, gpu_model: str | None = None) -> str | None:
+        """The name of the node profile a host of `pool` (with this GPU model) must match."""
         settings = self.pools.get(pool)
         chosen = settings.profile if settings is not None else None
         if isinstance(chosen, dict):
             from_model = gpu_model or (settings.gpu_model if settings else None)
             key = best_key(list(chosen), from_model) if from_model else None
             chosen = chosen[key] if key is not None else None
-        return self.profiles.get(chosen) if chosen is not None else None
+        return chosen
+
+    def profile_for(self, pool: str, gpu_model: str | None = None) -> NodeProfile | None:
+        """The node profile a host of `pool` (with this GPU model) must match, or None."""
+        name = self.profile_name_for(pool, gpu_model)
+        return self.profiles.get(name) if name is not None else None
 
     def release(self, name: str) -> Release:
         """The release called `name`; KeyError when the matrix has none."""

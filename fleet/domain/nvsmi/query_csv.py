@@ -58,6 +58,23 @@ _FIELDS: dict[str, tuple[str, ...]] = {
     "mig_mode_pending": ("mig.mode.pending",),
     "persistence_mode": ("persistence_mode",),
     "recovery_action": ("gpu_recovery_action",),
+    # node state (fleet.domain.node_facts)
+    "vbios_version": ("vbios_version",),
+    "inforom_image": ("inforom.img",),
+    "inforom_oem": ("inforom.oem",),
+    "inforom_ecc": ("inforom.ecc",),
+    "inforom_pwr": ("inforom.pwr",),
+    "gsp_mode": ("gsp.mode.current",),
+    "compute_mode": ("compute_mode",),
+    "power_limit_default_w": ("power.default_limit",),
+    "power_limit_min_w": ("power.min_limit",),
+    "power_limit_max_w": ("power.max_limit",),
+    "clocks_applications_graphics_mhz": ("clocks.applications.graphics",),
+    "clocks_applications_memory_mhz": ("clocks.applications.memory",),
+    "clocks_default_applications_graphics_mhz": ("clocks.default_applications.graphics",),
+    "clocks_default_applications_memory_mhz": ("clocks.default_applications.memory",),
+    "fabric_state": ("fabric.state",),
+    "fabric_status": ("fabric.status",),
 }
 _FLAGS = {
     "ecc_mode_current",
@@ -69,9 +86,14 @@ _FLAGS = {
     "mig_mode_pending",
     "persistence_mode",
     "ecc_sram_threshold_exceeded",
+    "gsp_mode",
 }
-_TEXT = {"name", "uuid", "serial", "pci_bus_id", "pci_device_id", "recovery_action"}
-_FLOAT = {"power_draw_w", "power_limit_w"}
+_TEXT = {"name", "uuid", "serial", "pci_bus_id", "pci_device_id", "recovery_action",
+         "vbios_version", "inforom_image", "inforom_oem", "inforom_ecc", "inforom_pwr",
+         "compute_mode", "fabric_state", "fabric_status"}
+_LOWER = {"recovery_action", "compute_mode", "fabric_state", "fabric_status"}
+_FLOAT = {"power_draw_w", "power_limit_w", "power_limit_default_w", "power_limit_min_w",
+          "power_limit_max_w"}
 
 
 def looks_like_csv(text: str) -> bool:
@@ -84,7 +106,7 @@ def _value(key: str, raw: str) -> Any:
     if not v or v.startswith("[") or v.lower() in ("n/a", "not supported"):
         return err(na_reason(v))
     if key in _TEXT:
-        return v.lower() if key == "recovery_action" else v
+        return v.lower() if key in _LOWER else v
     if key in _FLAGS:
         return flag_word(v)
     token = v.split()[0]

@@ -78,3 +78,18 @@ def test_probe_error_objects_become_unreadable() -> None:
     assert g.nvlink_active() is None
     assert facts.fabric_manager is None
     assert facts.unreadable["fabric_manager"] == "command_not_found: systemctl"
+
+
+def test_h100_query_gpu_csv_node_state() -> None:
+    path = (DATA / "nvidia-smi-csv"
+            / "linux-x86_64__nvidia-h100-mig__590.48.01__idle__query-gpu-full.csv")
+    g = facts_from_file(path).gpus[0]
+    assert (g.vbios_version, g.inforom_image, g.gsp_mode, g.compute_mode) == (
+        "96.00.A5.00.01", "G520.0200.00.05", True, "default")
+    assert (g.power_limit_default_w, g.power_limit_min_w, g.power_limit_max_w) == (
+        700.0, 200.0, 700.0)
+    assert g.fabric_state == "completed"
+    # this driver answers "[Requested functionality has been deprecated]" for app clocks
+    assert g.clocks_applications_graphics_mhz is None
+    assert g.unreadable["clocks_applications_graphics_mhz"] == "deprecated"
+    assert g.reason("mig_devices") == "not collected"  # --query-gpu has no MIG devices

@@ -1,0 +1,198 @@
+"""Node-profile checks of the GPU settings: ECC (and a pending change), persistence, compute
+mode, power limit, clocks, GPU count (`profiles.NAME.gpu`).
+
+Each difference names the GPU, the wanted and the found value and the command that fixes it; a
+value the profile asks about that could not be read is an unreadable finding, never a pass.
+`node.persistence_mode` also runs without a profile, as the old `persistence_mode` check did
+(`policy.thresholds.require_persistence_mode`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from fleet.domain.checks.base import (
+    FAIL,
+    WARN,
+    Check,
+    finding,
+    gpu_arg,
+    mismatch,
+    profile_of,
+    registrar,
+    unreadable,
+)
+from fleet.domain.checks.models import Expectations, Finding
+from fleet.domain.facts import GpuFacts, HostFacts
+from fleet.domain.matrix.models import Thresholds
+from fleet.domain.matrix.profiles import GpuSettings
+
+CHECKS: list[Check] = []
+check = registrar(CHECKS)
+
+_SMI_MODE = {"default": "DEFAULT", "exclusive_process": "EXCLUSIVE_PROCESS",
+             "prohibited": "PROHIBITED"}
+
+
+def _gpu_settings(facts: HostFacts, exp: Expectations) -> GpuSettings | None:
+    p = profile_of(facts, exp)
+    return p.gpu if p is not None else None
+
+
+@check("node.ecc", ("gpus.ecc_mode_current",), "ECC mode as the profile wants")
+def ecc(facts: HostFacts, exp: Expectations, th: Thresholds) -> Iterable[Finding]:
+    s = _gpu_settings(facts, exp)
+    if s is None or s.ecc is None:
+        return
+    for g in facts.gpus:
+        if g.ecc_mode_current is None:
+            yield unreadable("node.ecc", g, "ecc_mode_current", g.reason("ecc_mode_current"),
+                             s.ecc)
+        elif g.ecc_mode_current != s.ecc:
+            pending = g.ecc_mode_pending == s.ecc
+            yield mismatch("node.ecc", FAIL, "reboot", g, "ECC", s.ecc, g.ecc_mode_current,
+                           ("drain and reboot (the change is pending)" if pending else
+                            f"nvidia-smi -i {gpu_arg(g)} -e {int(s.ecc)}, then a drained "
+                            "reboot"), "ecc_mode_current",
+                           "takes effect at the next reboot" if pending else "")
+
+
+@check("node.ecc_pending", ("gpus.ecc_mode_current", "gpus.ecc_mode_pending"),
+       "no ECC mode change waiting for a reboot")
+def ecc_pending(facts: HostFacts, exp: Expectations, th: Thresholds) -> Iterable[Finding]:
+    s = _gpu_settings(facts, exp)
+    if s is None or s.ecc is None:
+        return  # without a declared ECC mode, ecc.mode warns about a pending change
+    for g in facts.gpus:
+        cur, pend = g.ecc_mode_current, g.ecc_mode_pending
+        if cur is None or pend is None:
+            if cur is not None:
+                yield unreadable("node.ecc_pending", g, "ecc_mode_pending",
+                                 g.reason("ecc_mode_pending"), s.ecc)
+            continue
+        if cur != pend:
+            yield finding("node.ecc_pending", WARN, "reboot",
+                          f"{g.label}: ECC {'on' if pend else 'off'} pending, "
+                          f"{'on' if cur else 'off'} now: a reboot is due (drain first)", g,
+                          facts=["gpus.ecc_mode_pending"], wanted=pend, found=cur,
+                          fix="drain and reboot")
+
+
+@check("node.persistence_mode", ("gpus.persistence_mode",), "persistence mode as wanted")
+def persistence_mode(facts: HostFacts, exp: Expectations, th: Thresholds) -> Iterable[Finding]:
+    s = _gpu_settings(facts, exp)
+    declared = s.persistence_mode if s is not None else None
+    wanted = declared if declared is not None else (True if th.require_persistence_mode
+                                                    else None)
+    if wanted is None:
+        return
+    for g in facts.gpus:
+        if g.persistence_mode is None:
+            if declared is not None:
+                yield unreadable("node.persistence_mode", g, "persistence_mode",
+                                 g.reason("persistence_mode"), wanted)
+        elif g.persistence_mode != wanted:
+            fix = (f"nvidia-smi -i {gpu_arg(g)} -pm {int(wanted)}"
+                   + (" (or enable nvidia-persistenced)" if wanted else ""))
+            yield mismatch("node.persistence_mode", WARN, "none", g, "persistence mode",
+                           wanted, g.persistence_mode, fix, "persistence_mode")
+
+
+@check("node.compute_mode", ("gpus.compute_mode",), "compute mode as the profile wants")
+def compute_mode(facts: HostFacts, exp: Expectations, th: Thresholds) -> Iterable[Finding]:
+    s = _gpu_settings(facts, exp)
+    if s is None or s.compute_mode is None:
+        return
+    for g in facts.gpus:
+        if g.compute_mode is None:
+            yield unreadable("node.compute_mode", g, "compute_mode", g.reason("compute_mode"),
+                             s.compute_mode)
+        elif g.compute_mode != s.compute_mode:
+            yield mismatch("node.compute_mode", WARN, "none", g, "compute mode", s.compute_mode,
+                           g.compute_mode,
+                           f"nvidia-smi -i {gpu_arg(g)} -c {_SMI_MODE[s.compute_mode]}",
+                           "compute_mode")
+
+
+def _wanted_watts(s: GpuSettings, g: GpuFacts) -> tuple[float | None, str]:
+    """(watts the profile means for this GPU, the field it needs when unknown)."""
+    if s.power_limit_w == "default":
+        return g.power_limit_default_w, "power_limit_default_w"
+    if s.power_limit_w == "max":
+        return g.power_limit_max_w, "power_limit_max_w"
+    return (float(s.power_limit_w) if s.power_limit_w is not None else None), ""
+
+
+@check("node.power_limit", ("gpus.power_limit_w", "gpus.power_limit_*"),
+       "power limit as the profile wants")
+def power_limit(facts: HostFacts, exp: Expectations, th: Thresholds) -> Iterable[Finding]:
+    s = _gpu_settings(facts, exp)
+    if s is None or s.power_limit_w is None:
+        return
+    for g in facts.gpus:
+        wanted, needs = _wanted_watts(s, g)
+        if wanted is None:
+            yield unreadable("node.power_limit", g, needs, g.reason(needs), s.power_limit_w)
+            continue
+        lo, hi = g.power_limit_min_w, g.power_limit_max_w
+        if isinstance(s.power_limit_w, float) and lo is not None and hi is not None and not (
+                lo <= wanted <= hi):
+            yield finding("node.power_limit", FAIL, "none",
+                          f"{g.label}: the profile's {wanted:g} W is outside this GPU's "
+                          f"{lo:g}-{hi:g} W: fix the profile", g,
+                          facts=["gpus.power_limit_min_w", "gpus.power_limit_max_w"],
+                          wanted=wanted, found=g.power_limit_w, min_w=lo, max_w=hi)
+            continue
+        if g.power_limit_w is None:
+            yield unreadable("node.power_limit", g, "power_limit_w", g.reason("power_limit_w"),
+                             wanted)
+        elif abs(g.power_limit_w - wanted) > 0.5:
+            yield mismatch("node.power_limit", WARN, "none", g, "power limit (W)", wanted,
+                           g.power_limit_w, f"nvidia-smi -i {gpu_arg(g)} -pl {wanted:g}",
+                           "power_limit_w")
+
+
+@check("node.clocks", ("gpus.clocks_applications_*", "gpus.clocks_locked_graphics_mhz"),
+       "application or locked clocks as the profile wants")
+def clocks(facts: HostFacts, exp: Expectations, th: Thresholds) -> Iterable[Finding]:
+    s = _gpu_settings(facts, exp)
+    if s is None or s.clocks is None:
+        return
+    app, locked = s.clocks.applications, s.clocks.locked_graphics_mhz
+    for g in facts.gpus:
+        if app is not None:
+            found = (g.clocks_applications_memory_mhz, g.clocks_applications_graphics_mhz)
+            want = (app.memory_mhz, app.graphics_mhz)
+            if None in found:
+                field = ("clocks_applications_memory_mhz" if found[0] is None
+                         else "clocks_applications_graphics_mhz")
+                yield unreadable("node.clocks", g, field, g.reason(field), list(want))
+            elif found != want:
+                yield mismatch("node.clocks", WARN, "none", g, "application clocks (mem, gfx)",
+                               list(want), list(found),
+                               f"nvidia-smi -i {gpu_arg(g)} -ac {want[0]},{want[1]}",
+                               "clocks_applications_graphics_mhz")
+        if locked is not None:
+            have = g.clocks_locked_graphics_mhz
+            if have is None:
+                yield unreadable("node.clocks", g, "clocks_locked_graphics_mhz",
+                                 g.reason("clocks_locked_graphics_mhz"), list(locked))
+            elif list(have) != list(locked):
+                yield mismatch("node.clocks", WARN, "none", g, "locked graphics clocks",
+                               list(locked), list(have) or "none",
+                               f"nvidia-smi -i {gpu_arg(g)} -lgc {locked[0]},{locked[1]}",
+                               "clocks_locked_graphics_mhz")
+
+
+@check("node.gpu_count", ("gpu_count",), "as many GPUs as the profile says")
+def gpu_count(facts: HostFacts, exp: Expectations, th: Thresholds) -> Iterable[Finding]:
+    s = _gpu_settings(facts, exp)
+    if s is None or s.count is None:
+        return
+    if facts.gpu_count is None:
+        yield unreadable("node.gpu_count", None, "gpu_count",
+                         facts.unreadable.get("gpu_count", "not collected"), s.count)
+    elif facts.gpu_count != s.count:
+        yield mismatch("node.gpu_count", FAIL, "drain", None, "GPU count", s.count,
+                       facts.gpu_count, "drain the host; look for a GPU missing from lspci or "
+                       "fallen off the bus (kernel log), reseat or RMA it", "gpu_count")
