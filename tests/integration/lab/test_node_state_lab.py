@@ -1,0 +1,102 @@
+"""Node state on a real lab host over SSH: each node-state fault shows in the probe's facts and
+`fleet lab reset` clears it; settings made with the host's nvidia-smi hold until a lab reboot,
+which keeps ECC and MIG mode and forgets power limit, clocks and MIG instances. One H100 host."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from fleet.domain.facts import HostFacts
+from fleet.domain.matrix.loader import load_matrix
+from fleet.history import History, open_history
+from fleet.jobs.probe import probe_inventory
+from fleet.lab import lab
+
+pytestmark = pytest.mark.lab
+
+ROOT = Path(__file__).resolve().parents[3]
+HOST = "h2"  # H100 x8, pool h100
+
+
+@pytest.fixture(scope="module")
+def history(lab_paths, hosts, tmp_path_factory, monkeypatch_module) -> Iterator[History]:
+    lab.reset(lab_paths, HOST)
+    monkeypatch_module.setenv("FLEET_LAB_DIR", str(lab_paths.run))
+    try:
+        with open_history(str(tmp_path_factory.mktemp("h") / "fleet.db")) as h:
+            yield h
+    finally:
+        lab.reset(lab_paths, HOST)
+        hosts[HOST].reboot_and_wait()
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module() -> Iterator[pytest.MonkeyPatch]:
+    with pytest.MonkeyPatch.context() as mp:
+        yield mp
+
+
+def facts(history: History) -> HostFacts:
+    matrix = load_matrix(ROOT / "matrices" / "example.yaml").matrix
+    (result,) = probe_inventory(ROOT / "inventories" / "lab.py", [HOST], history,
+                                now=lambda: datetime.now(UTC), matrix=matrix, frameworks=False)
+    assert result.reachable and result.facts is not None, result.error
+    assert result.facts.source == "nvml"
+    return result.facts
+
+
+FAULTS = ["ecc-off:gpu=0", "power-cap:gpu=1", "clocks-locked:gpu=2,max=900",
+          "compute-exclusive:gpu=3", "persistence-off:gpu=4", "mig-layout-lost:gpu=5",
+          "vbios-mismatch:gpu=6", "fm-mismatch"]
+
+
+def test_node_faults_show_in_the_probe_and_lab_reset_clears_them(history, lab_paths) -> None:
+    healthy = facts(history)
+    g = healthy.gpus
+    assert g[0].ecc_mode_current and g[1].power_limit_w == 700.0 and g[3].compute_mode == "default"
+    assert g[4].persistence_mode and not g[5].mig_mode_current
+    assert g[6].vbios_version == "96.00.99.00.01" and g[2].clock_sm_mhz == 1980
+    assert healthy.fabric_manager is not None and healthy.fabric_manager.nvswitch_count == 4
+    assert g[0].fabric_state == "completed" and g[0].nvlink_active() == 18
+    lab.inject(lab_paths, HOST, FAULTS)
+    try:
+        f = facts(history)
+    finally:
+        lab.reset(lab_paths, HOST)
+    g = f.gpus
+    assert (g[0].ecc_mode_current, g[0].ecc_mode_pending) == (False, False)
+    assert g[1].power_limit_w == 200.0 and g[3].compute_mode == "exclusive_process"
+    assert g[2].clock_sm_mhz == 900 and "applications_clocks_setting" in (
+        g[2].clock_event_reasons or [])
+    assert g[4].persistence_mode is False
+    assert g[5].mig_mode_current is True and g[5].mig_devices == []
+    assert g[6].vbios_version == "96.00.74.00.0B" and g[7].vbios_version == "96.00.99.00.01"
+    assert f.fabric_manager is not None and f.fabric_manager.version == "570.133.20"
+    assert f.fabric_manager.running is False and g[0].fabric_state == "not started"
+    again = facts(history)
+    assert again.gpus[1].power_limit_w == 700.0 and again.fabric_manager is not None
+    assert again.fabric_manager.running is True and again.gpus[6].vbios_version == "96.00.99.00.01"
+
+
+def test_a_reboot_keeps_ecc_and_mig_mode_and_forgets_the_rest(history, hosts) -> None:
+    h = hosts[HOST]
+    h.sh("nvidia-smi -i 0 -e 0 && nvidia-smi -i 1 -lgc 210,900 && nvidia-smi -i 3 -pl 300 && "
+         "nvidia-smi -i 2 -mig 1 && nvidia-smi mig -i 2 -cgi 1g.10gb,3g.40gb -C")
+    assert h.sh("nvidia-smi -i 3 -pl 150", check=False)[0] != 0  # below the H100's 200 W
+    g = facts(history).gpus
+    assert (g[0].ecc_mode_current, g[0].ecc_mode_pending) == (True, False)  # a reboot is due
+    assert g[1].clock_sm_mhz == 900 and g[3].power_limit_w == 300.0
+    assert [d.profile for d in g[2].mig_devices or []] == ["1g.10gb", "3g.40gb"]
+    h.reboot_and_wait()
+    g = facts(history).gpus
+    assert (g[0].ecc_mode_current, g[0].ecc_mode_pending) == (False, False)  # applied, kept
+    assert g[2].mig_mode_current is True and g[2].mig_devices == []  # instances gone
+    assert g[1].clock_sm_mhz == 1980 and g[3].power_limit_w == 700.0  # forgotten
+    h.sh("nvidia-smi -i 0 -e 1 && nvidia-smi -i 2 -mig 0")
+    h.reboot_and_wait()
+    g = facts(history).gpus
+    assert g[0].ecc_mode_current is True and g[2].mig_mode_current is False
