@@ -17,7 +17,7 @@ import math
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 from rich.table import Table
@@ -106,13 +106,15 @@ def run(
     ctx: typer.Context,
     inventory: Annotated[Path, typer.Option("--inventory", "-i", help="pyinfra inventory file.",
                                             envvar="FLEET_INVENTORY")],
-    suite: Annotated[str, typer.Option(help="synthetic or replay.")] = "synthetic",
+    suite: Annotated[str, typer.Option(metavar="synthetic|replay", help="The benchmark suite.")
+                     ] = "synthetic",
     limit: Limit = None,
     trace: Annotated[Path | None, typer.Option(help="Replay trace (JSON lines).")] = None,
     command: Annotated[str | None, typer.Option(
         help="synthetic: the benchmark command printing JSON metrics (e.g. fleet-lab-bench); "
         "replay: a per-request command instead of an endpoint.")] = None,
-    source: Annotated[str, typer.Option(help="synthetic: auto, command, dcgm or cuda.")] = "auto",
+    source: Annotated[str, typer.Option(metavar="auto|command|dcgm|cuda",
+                                        help="synthetic: how to measure.")] = "auto",
     repeats: Annotated[int, typer.Option(min=1, max=1000)] = 3,
     endpoint: Annotated[str, typer.Option(help="replay: the endpoint on the host.")] =
         "http://127.0.0.1:8000",
@@ -237,7 +239,8 @@ def _read_trace(path: Path) -> bytes:
 
 def trace_from_log(
     log: Annotated[Path, typer.Argument(help="An nginx access log or a JSON-lines log.")],
-    fmt: Annotated[str, typer.Option("--format", help="auto, nginx or jsonl.")] = "auto",
+    fmt: Annotated[Literal["auto", "nginx", "jsonl"], typer.Option(
+        "--format", help="The log's format (auto: found from its lines).")] = "auto",
     output: Annotated[Path | None, typer.Option(
         "--output", "-o", help="Trace file to write (default: stdout).")] = None,
     expect_size: Annotated[bool, typer.Option(

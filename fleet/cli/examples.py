@@ -27,7 +27,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "probe": (
         f"fleet probe -i {INV}",
         f"fleet probe -i {INV} -l h100-canary -l 'gpu-0*' -m {MATRIX} --json",
-        f"fleet probe -i {INV} --via slurm -p gpu",
+        f"fleet probe -i {INV} --via slurm --partition gpu",
     ),
     "check": (
         "fleet check",

@@ -199,7 +199,7 @@ def import_(
         typer.Option("--host", help="Host name to record under (default: the capture's "
                      "hostname, else the file name without extension). One file only."),
     ] = None,
-    pool: Annotated[str | None, typer.Option("--pool", help="Pool of the host.")] = None,
+    pool: Annotated[str | None, typer.Option("--pool", "-p", help="Pool of the host.")] = None,
     force: Annotated[bool, typer.Option(
         "--force", help="Record under --host a capture that names another host.")] = False,
     taken_at: Annotated[str | None, typer.Option(

@@ -9,8 +9,9 @@ import typer
 from rich.table import Table
 
 from fleet.cli.output import console, emit_json, esc
-from fleet.cli.selection import Limit, PoolAlias
+from fleet.cli.selection import LIMIT_HELP, HostAlias, Limit, PoolAlias
 from fleet.cli.selection import check as check_selectors
+from fleet.errors import BadInput
 
 if TYPE_CHECKING:  # the history layer (SQLAlchemy, Alembic) loads inside the commands
     from fleet.history import History
@@ -29,8 +30,10 @@ def _db(ctx: typer.Context) -> str:
 JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
 LastOpt = Annotated[int, typer.Option(
     "--last", "-n", min=1, help="How many, newest first (-l/--limit selects hosts elsewhere).")]
-OldLimit = Annotated[int | None, typer.Option(
-    "--limit", min=1, hidden=True, help="Old spelling of --last (kept for existing scripts).")]
+EventLimit = Annotated[list[str] | None, typer.Option(
+    "--limit", "-l", metavar="POOL|GLOB", show_default=False, help="Only events about these "
+    "hosts: " + LIMIT_HELP[0].lower() + LIMIT_HELP[1:] + " A plain number is the old spelling "
+    "of --last.")]
 
 
 def _open_existing(ctx: typer.Context) -> History:
@@ -77,14 +80,27 @@ def events(
     ctx: typer.Context,
     last: LastOpt = 50,
     kind: Annotated[str | None, typer.Option("--kind", help="Only events of this kind.")] = None,
+    limit: EventLimit = None,
+    pool: PoolAlias = None,
+    host: HostAlias = None,
     json: JsonFlag = False,
-    old_limit: OldLimit = None,
 ) -> None:
-    """The event log, newest first: who did what, when and why."""
+    """The event log, newest first: who did what, when and why (-l: about these hosts, or
+    their pools)."""
+    from fleet.cli.selection import given
     from fleet.history import list_events
 
+    old = [v for v in limit or () if v.isdigit()]  # `--limit 20`: the old spelling of --last
+    if old:
+        last = int(old[-1])
+        if last < 1:
+            raise BadInput.single(f"{last} is not in the range x>=1 (a number of events)",
+                                  field="--limit")
+        limit = [v for v in limit or () if not v.isdigit()]
+    selectors = given(limit, pool, host)
     with _open_existing(ctx) as h:
-        rows = list_events(h, limit=old_limit or last, kind=kind)
+        subjects = _subjects(h, selectors) if selectors else None
+        rows = list_events(h, limit=last, kind=kind, subjects=subjects)
     if json:
         emit_json({"events": [event_dict(e) for e in rows]})
         return
@@ -96,6 +112,18 @@ def events(
         table.add_row(e.at.strftime("%Y-%m-%d %H:%M:%S"), esc(e.actor), esc(e.kind),
                       esc(e.subject), esc(e.message))
     console.print(table)
+
+
+def _subjects(h: History, selectors: list[tuple[str, str]]) -> list[str]:
+    """The event subjects the selectors pick: the hosts, and the pools named as such (exit 2
+    for a value that matches nothing the history knows)."""
+    from fleet.cli.selection import choose
+    from fleet.domain.ports import HostRef
+    from fleet.history import list_hosts
+
+    chosen = choose(selectors, [HostRef(name=x.name, pool=x.pool) for x in list_hosts(h)])
+    pools = {r.pool for r in chosen if r.pool} & {v for _, v in selectors}
+    return sorted({r.name for r in chosen} | pools)
 
 
 @app.command()

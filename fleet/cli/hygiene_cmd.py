@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 from rich.table import Table
 
 from fleet.cli.output import console, emit_json, esc
-from fleet.cli.selection import Limit
+from fleet.cli.selection import Limit, PoolAlias
 from fleet.errors import BadInput, Problem, ProblemsFound
 
 app = typer.Typer(help="The weekly hygiene job: drift audit, error trends, quarantine, reports.",
@@ -44,11 +44,12 @@ def run(
     inventory: Annotated[Path | None, typer.Option(
         "--inventory", "-i", help="pyinfra inventory file.", envvar="FLEET_INVENTORY")] = None,
     limit: Limit = None,
+    pool: PoolAlias = None,
     apply_quarantine: Annotated[bool, typer.Option(
         "--apply-quarantine", help="Drain proposed hosts through the scheduler and record the "
         "quarantine (never past the circuit breaker).")] = False,
-    scheduler: Annotated[str, typer.Option(
-        "--scheduler", help="Workload manager to drain through: none, slurm, kubernetes.")
+    scheduler: Annotated[Literal["none", "slurm", "kubernetes"], typer.Option(
+        "--scheduler", help="Workload manager to drain through.")
     ] = "none",
     report_dir: Annotated[Path | None, typer.Option(
         "--report-dir", help="Write Markdown, HTML, JSON and the Prometheus textfile here.")
@@ -71,11 +72,11 @@ def run(
         "--sim", min=1, help="Run against a simulated fleet of N hosts instead of SSH.")
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the simulated fleet.")] = 0,
-    via: Annotated[str, typer.Option(
+    via: Annotated[Literal["ssh", "slurm"], typer.Option(
         "--via", help="Probe over ssh, or with one srun on the nodes of --partition (slurm); "
         "benchmarks stay on SSH.")] = "ssh",
     partition: Annotated[str | None, typer.Option(
-        "--partition", "-p", help="Slurm partition to probe with --via slurm.")] = None,
+        "--partition", help="Slurm partition to probe with --via slurm.")] = None,
     json_out: JsonFlag = False,
 ) -> None:
     """Probe every host, audit drift (fails closed), read error trends, propose (or apply)
@@ -86,6 +87,7 @@ def run(
     from fleet.jobs.hygiene import run_hygiene
     from fleet.reports import render_json, write_reports
 
+    limit = [*(limit or []), *(pool or [])] or None  # --pool/-p: an alias of --limit
     if sim is None and inventory is None:
         raise BadInput.single("--inventory is required (or --sim N for a simulated fleet)",
                               field="--inventory")

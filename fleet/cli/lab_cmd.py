@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -45,7 +45,7 @@ def up_cmd(
         ),
     ] = None,
     mode: Annotated[
-        str,
+        Literal["netns", "loopback"],
         typer.Option(
             "--mode", help="netns (own bridge fleetbr0, 10.77.0.0/24) or loopback (127.0.1.x)."
         ),
@@ -102,7 +102,7 @@ def up_cmd(
         hosts=hosts,
         matrix=matrix,
         release=release,
-        mode=mode,  # type: ignore[arg-type]
+        mode=mode,
         perf=parse_perf(perf or []),
         model_server=model_server,
         slurm=slurm,

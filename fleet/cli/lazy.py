@@ -50,6 +50,13 @@ def lazy_module(name: str) -> Any:
 _PATHS = (Path, Path | None)
 
 
+def _literal_choices(annotation: Any) -> tuple[object, ...]:
+    """The values of `Literal["a", "b"]` (options with fixed choices), () for other types."""
+    from typing import Literal, get_args, get_origin
+
+    return get_args(annotation) if get_origin(annotation) is Literal else ()
+
+
 def defer_typer_coercion() -> None:
     """Let typer import pydantic only when a value needs it.
 
@@ -81,6 +88,8 @@ def defer_typer_coercion() -> None:
             if getattr(info, "parser", None) is None:
                 if self.annotation in (str, bool) and type(value) is self.annotation:
                     return value
+                if type(value) is str and value in _literal_choices(self.annotation):
+                    return value  # one of a Literal's choices: what typer would return
                 if (self.annotation in _PATHS and type(value) is str and check_path is not None
                         and getattr(info, "path_type", None) in (None, Path)):
                     # typer's own checks (exists, readable, ...), minus the pydantic step

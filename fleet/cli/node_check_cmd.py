@@ -43,7 +43,7 @@ def node_check(
         "--release", help="Expected release; default the matrix's golden release of --pool, "
         "else of the node's first partition the matrix names.")] = None,
     pool: Annotated[str | None, typer.Option(
-        "--pool", help="The node's pool in the matrix (default: from its Slurm partitions).")
+        "--pool", "-p", help="The node's pool in the matrix (default: from its Slurm partitions).")
     ] = None,
     drain: Annotated[bool | None, typer.Option(
         "--drain/--no-drain", help="Drain this node on a failing finding. Default: drain when "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
@@ -44,15 +44,16 @@ def probe(
     ctx: typer.Context,
     inventory: Inventory,
     limit: Limit = None,
+    pool: PoolAlias = None,
     matrix: MatrixOpt = None,
     frameworks: Annotated[bool, typer.Option(
         "--frameworks/--no-frameworks",
         help="Ask torch/onnxruntime on the host which devices they see (slower).")] = True,
-    via: Annotated[str, typer.Option(
+    via: Annotated[Literal["ssh", "slurm"], typer.Option(
         "--via", help="ssh: from here to every host; slurm: one srun on the nodes of "
         "--partition (drained, down or busy nodes are reported, not probed).")] = "ssh",
     partition: Annotated[str | None, typer.Option(
-        "--partition", "-p", help="Slurm partition to probe with --via slurm (its nodes that "
+        "--partition", help="Slurm partition to probe with --via slurm (its nodes that "
         "are in the inventory).")] = None,
     json_out: JsonFlag = False,
 ) -> None:
@@ -73,6 +74,7 @@ def probe(
         raise BadInput.single(f"unknown --via {via!r} (expected ssh or slurm)", field="--via")
     if (via == "slurm") != (partition is not None):
         raise BadInput.single("--via slurm and --partition go together", field="--partition")
+    limit = [*(limit or []), *(pool or [])] or None  # --pool/-p: an alias of --limit
     patch_gevent()
     db = settings(ctx).db
 

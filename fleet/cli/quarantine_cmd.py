@@ -15,6 +15,7 @@ import typer
 from rich.table import Table
 
 from fleet.cli.output import console, emit_json, esc
+from fleet.cli.selection import HostAlias, Limit, PoolAlias
 from fleet.errors import BadInput, CouldNotComplete
 
 app = typer.Typer(help="Hosts in quarantine: list them, release one.", no_args_is_help=True)
@@ -32,13 +33,24 @@ def _db(ctx: typer.Context) -> str:
 def list_cmd(
     ctx: typer.Context,
     all_: Annotated[bool, typer.Option("--all", help="Closed quarantines too.")] = False,
+    limit: Limit = None,
+    pool: PoolAlias = None,
+    host: HostAlias = None,
     json_out: JsonFlag = False,
 ) -> None:
-    """Hosts in quarantine (open ones unless --all): why, since when, by whom."""
-    from fleet.history import list_quarantines, open_history
+    """Hosts in quarantine (open ones unless --all): why, since when, by whom (-l: of these
+    pools or hosts only)."""
+    from fleet.cli.selection import choose, given
+    from fleet.domain.ports import HostRef
+    from fleet.history import list_hosts, list_quarantines, open_history
 
+    selectors = given(limit, pool, host)
     with open_history(_db(ctx), create=False) as history:
         rows = list_quarantines(history, open_only=not all_)
+        if selectors:  # a value that matches no host the history knows is exit 2
+            known = [HostRef(name=x.name, pool=x.pool) for x in list_hosts(history)]
+            chosen = {r.name for r in choose(selectors, known)}
+            rows = [(q, h) for q, h in rows if h.name in chosen]
     items: list[dict[str, Any]] = [
         {"host": h.name, "pool": h.pool, "reason": q.reason, "opened_at": q.opened_at,
          "opened_by": q.opened_by, "closed_at": q.closed_at, "closed_by": q.closed_by,
@@ -62,7 +74,8 @@ def release(
     host: Annotated[str, typer.Argument(help="The host to take out of quarantine.")],
     reason: Annotated[str, typer.Option("--reason", help="Why (recorded with your name).")],
     scheduler: Annotated[str | None, typer.Option(
-        "--scheduler", help="Workload manager: none, slurm, kubernetes. Default: the one the "
+        "--scheduler", metavar="none|slurm|kubernetes", help="Workload manager. Default: the "
+        "one the "
         "quarantine drained through (recorded); another one is refused.")] = None,
     json_out: JsonFlag = False,
 ) -> None:

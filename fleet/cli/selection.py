@@ -2,8 +2,9 @@
 
 As in pyinfra and Ansible, a value is a pool (an inventory group) or a glob on host names
 (`'gpu-0*'`); repeat it to select more (a host is selected when any value matches it). `--pool`
-and `--host`, older spellings, are kept as aliases: their values are limits too. A value that
-selects nothing is a typo and exit 2 naming it, even beside values that do select hosts.
+and `--host`, older spellings, are kept as aliases: their values are limits too (`-p` is
+`--pool` on every command that has one; `--partition` has no short flag). A value that selects
+nothing is a typo and exit 2 naming it, even beside values that do select hosts.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ LIMIT_HELP = ("A pool (inventory group) or a host-name glob ('gpu-0*'); repeatab
 Limit = Annotated[list[str] | None, typer.Option("--limit", "-l", help=LIMIT_HELP,
                                                  metavar="POOL|GLOB", show_default=False)]
 PoolAlias = Annotated[list[str] | None, typer.Option(
-    "--pool", help="Alias of --limit (a pool name; kept for existing scripts).",
+    "--pool", "-p", help="Alias of --limit (a pool name; kept for existing scripts).",
     metavar="POOL", show_default=False)]
 HostAlias = Annotated[list[str] | None, typer.Option(
     "--host", help="Alias of --limit (a host name or glob; kept for existing scripts).",

@@ -7,6 +7,7 @@ attributable without a login system.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Collection
 from typing import Any
 
 from sqlalchemy import func
@@ -53,14 +54,17 @@ def record_event(
 
 
 def list_events(
-    history: History, limit: int = 50, kind: str | None = None, subject: str | None = None
+    history: History, limit: int = 50, kind: str | None = None, subject: str | None = None,
+    subjects: Collection[str] | None = None,
 ) -> list[Event]:
-    """The newest `limit` events, newest first."""
+    """The newest `limit` events, newest first (of `subject`, or of any of `subjects`)."""
     stmt = select(Event).order_by(col(Event.at).desc(), col(Event.id).desc()).limit(limit)
     if kind is not None:
         stmt = stmt.where(Event.kind == kind)
     if subject is not None:
         stmt = stmt.where(Event.subject == subject)
+    if subjects is not None:
+        stmt = stmt.where(col(Event.subject).in_(list(subjects)))
     with history.read() as s:
         return list(s.exec(stmt).all())
 

@@ -34,8 +34,8 @@ PoolOpt = Annotated[list[str] | None, typer.Option(
     "--pool", "-p", metavar="POOL", show_default=False,
     help="Alias of --limit (a pool name; kept for existing scripts).")]
 SchedulerOpt = Annotated[str | None, typer.Option(
-    "--scheduler", help="Drain through, and read administrative states from: none, slurm, "
-    "kubernetes (default: the inventory's `scheduler` host data, else none).")]
+    "--scheduler", metavar="none|slurm|kubernetes", help="Drain through, and read "
+    "administrative states from (default: the inventory's `scheduler` host data, else none).")]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
 
 ForceOpt = Annotated[bool, typer.Option(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
@@ -53,7 +53,7 @@ def start_cmd(
     release: Annotated[str | None, typer.Option(
         "--release", "-r", help="Target release (default: each pool's golden release).")] = None,
     scheduler: SchedulerOpt = None,
-    rollback_scope: Annotated[str, typer.Option(
+    rollback_scope: Annotated[Literal["wave", "all"], typer.Option(
         "--rollback-scope", help="On a failed wave roll back: wave (its hosts) or all (every "
                                  "host moved so far in the pool).")] = "wave",
     dry: Annotated[bool, typer.Option(

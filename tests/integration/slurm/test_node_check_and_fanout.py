@@ -1,8 +1,9 @@
 """Slurm as the probe's fan-out engine and `fleet node-check` as its HealthCheckProgram, on the
 lab's real Slurm (slurmctld here, a chrooted slurmd per lab host, munge).
 
-- `fleet probe --via slurm -p lab` (one srun) sees the same hosts as the SSH probe: same boot,
-  driver, GPUs and serials, packages; an admin-drained node is reported at once, not waited on.
+- `fleet probe --via slurm --partition lab` (one srun) sees the same hosts as the SSH probe:
+  same boot, driver, GPUs and serials, packages; an admin-drained node is reported at once,
+  not waited on.
 - The lab's HealthCheckProgram runs `fleet node-check` inside each host every
   HealthCheckInterval: an Xid 79 gets the node drained with a `fleet:` reason within one
   interval (plus a margin); once an admin drains it with their own reason, the failing checks

@@ -302,7 +302,7 @@ def test_hygiene_run_via_slurm_probes_with_one_srun(fleet_cli: Any, tmp_path: Pa
     root = Path(__file__).resolve().parents[3]
     r = fleet_cli("--db", str(tmp_path / "h.db"), "hygiene", "run", "-m",
                   str(root / "matrices" / "example.yaml"), "-i", str(inv), "--via", "slurm",
-                  "-p", "h100", "--no-benchmark", "--json", env=env)
+                  "--partition", "h100", "--no-benchmark", "--json", env=env)
     assert r.returncode == 1, r.stderr  # fails closed: gpu-02 was not probed
     doc = json.loads(r.stdout)
     assert "gpu-02" in json.dumps(doc) and "Not responding" in json.dumps(doc)
