@@ -121,6 +121,12 @@ def run(
     rate_scale: Annotated[float, typer.Option(help="replay: 2.0 replays twice as fast.")] = 1.0,
     warmup: Annotated[float, typer.Option(help="replay: seconds sent but not measured.")] = 0.0,
     slo_ms: Annotated[float | None, typer.Option(help="replay: latency SLO for goodput.")] = None,
+    timeout: Annotated[float, typer.Option(
+        min=0.01, max=3600, help="replay: seconds a request may take (then it is an error).")
+    ] = 30.0,
+    max_connections: Annotated[int, typer.Option(
+        min=1, max=900, help="replay: requests in flight at most (raise it when the client "
+        "reports connection waits: its schedule error is then the server's backlog).")] = 256,
     name: Annotated[str | None, typer.Option(help="Name recorded with the runs.")] = None,
     release: Annotated[str | None, typer.Option(help="Release recorded with the runs.")] = None,
     out: Annotated[Path | None, typer.Option(
@@ -149,7 +155,8 @@ def run(
             raise BadInput.single("the replay suite needs --trace FILE", field="--trace")
         data = _read_trace(trace)
         params = {"trace": data, "endpoint": endpoint, "rate_scale": rate_scale,
-                  "warmup": warmup, "slo_ms": slo_ms}
+                  "warmup": warmup, "slo_ms": slo_ms, "timeout": timeout,
+                  "max_connections": max_connections}
         if command:
             params["command"] = command
     else:

@@ -92,7 +92,10 @@ def replay_args(params: Mapping[str, Any]) -> list[str]:
         v = _number(params, key, default, lo, hi)
         if v is not None:
             args += [flag, repr(v)]
-    return args
+    conns = _number(params, "max_connections", 256, 1, 900)  # replay.SELECT_FD_LIMIT
+    if conns is None or conns != int(conns):
+        raise ValueError(f"max_connections: expected a whole number, got {conns!r}")
+    return [*args, "--max-connections", str(int(conns))]
 
 
 def sampled(script: Path, args: Sequence[str]) -> str:

@@ -109,12 +109,17 @@ def render_prometheus(report: Mapping[str, Any]) -> str:
                   {"host": g["host"], "pool": g["pool"], "gpu": g["gpu_index"],
                    "kind": flag["kind"], "severity": flag["severity"]})
     q = report["quarantine"]
-    for b in q["breakers"]:
+    # every pool of the run, also on a clean run: a pool without a breaker entry has nothing
+    # proposed and nothing in quarantine (an absent series would read as "no data" in alerts)
+    judged = {b["pool"]: b for b in q["breakers"]}
+    pools = sorted({*judged, *(d["pool"] for d in report["drift"] if d["pool"]),
+                    *report["trends"]["pools"]})
+    for pool in pools:
         f.add("breaker_tripped", "1 when the quarantine circuit breaker tripped for the pool.",
-              1 if b["tripped"] else 0, {"pool": b["pool"]})
-    for b in q["breakers"]:
+              1 if judged.get(pool, {}).get("tripped") else 0, {"pool": pool})
+    for pool in pools:
         f.add("breaker_utilization", "Share of the pool proposed or already in quarantine.",
-              b["utilization"], {"pool": b["pool"]})
+              judged.get(pool, {}).get("utilization", 0), {"pool": pool})
     for b in q["breakers"]:
         f.add("quarantine_proposed", "Hosts proposed for quarantine in the pool this run.",
               b["proposed"], {"pool": b["pool"]})

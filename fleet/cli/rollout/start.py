@@ -25,7 +25,7 @@ from fleet.cli.rollout.common import (
 )
 from fleet.cli.rollout.drive import drive
 from fleet.cli.rollout.group import app
-from fleet.cli.rollout.wiring import Saving, sim_build
+from fleet.cli.rollout.wiring import RATE_NAMES, Saving, sim_build
 from fleet.errors import BadInput
 
 
@@ -38,8 +38,8 @@ def start_cmd(
     sim_spec: SimSpecOpt = None,
     seed: SeedOpt = 0,
     sim_faults: Annotated[str | None, typer.Option(
-        "--sim-faults", help="Fault rates of the simulated fleet: NAME=RATE,... (apply_fail, "
-                             "unreachable, xid_after_upgrade, slow, reboot_hangs, drained).",
+        "--sim-faults", help="Fault rates of the simulated fleet: NAME=RATE,... ("
+                             + ", ".join(RATE_NAMES) + ").",
     )] = None,
     sim_slow: Annotated[list[str] | None, typer.Option(
         "--sim-slow", metavar="RELEASE=FACTOR",

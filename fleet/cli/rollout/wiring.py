@@ -43,7 +43,7 @@ class Saving:
 RATE_NAMES = ("apply_fail", "unreachable", "xid_after_upgrade", "slow", "ecc_rising",
               "reboot_hangs", "drained", "slow_factor")
 """What `--sim-faults` sets (`fleet.sim.FaultRates`): probabilities 0..1, and the speed of a
-slow host."""
+slow host. The one list: `rollout start --help` and the error for an unknown name print it."""
 
 
 def _sim_faults(text: str | None) -> dict[str, float]:

@@ -97,6 +97,17 @@ def test_prometheus_parses(report) -> None:
     assert len(list(text_string_to_metric_families(render_prometheus(report)))) == len(fam)
 
 
+def test_prometheus_breaker_series_on_a_clean_run(report) -> None:
+    """A clean run proposes nothing, so no pool has a breaker entry: the series are still there
+    for every pool, at 0 (issue 30: the clean run's file lacked them, and an alert on
+    `fleet_hygiene_breaker_tripped == 1` cannot tell a clean week from a broken exporter)."""
+    clean = {**report, "quarantine": {**report["quarantine"], "breakers": [], "open": []}}
+    fam = parse_exposition(render_prometheus(clean))
+    pools = sorted({d["pool"] for d in report["drift"]})
+    for name in ("fleet_hygiene_breaker_tripped", "fleet_hygiene_breaker_utilization"):
+        assert dict(fam[name]) == {f'{{pool="{p}"}}': 0 for p in pools}, name
+
+
 def test_label_escaping() -> None:
     from fleet.reports.prometheus import _labels
 
