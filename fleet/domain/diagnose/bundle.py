@@ -49,6 +49,13 @@ def evidence(files: Mapping[str, str], where: str = "") -> Evidence:
     ev = Evidence()
     for name in BUNDLE_FILES:
         ev.files[name] = "parsed" if name in files else "missing"
+    # these commands always print a header: an empty capture is a failed one, never "no rows"
+    # (which would read as no process, no busy GPU, no full disk)
+    blank = {n for n in ("dmon.txt", "pmon.txt", "df.txt", "ps.txt")
+             if n in files and not files[n].strip()}
+    for name in blank:
+        ev.files[name] = "unreadable: empty"
+    files = {n: t for n, t in files.items() if n not in blank}
     if "nvidia-smi-q.xml" in files:
         ev.smi = parse_smi_xml(files["nvidia-smi-q.xml"], at("nvidia-smi-q.xml"))
         if "nvidia-smi-q.txt" in files:

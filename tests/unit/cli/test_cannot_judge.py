@@ -105,3 +105,14 @@ def test_facts_capture_without_a_gpu_is_bad_input(fleet_run: Fleet, tmp_path: Pa
     err = json.loads(out)["error"]
     assert code == 2 and err["where"]["file"] == str(f) and err["where"]["field"] == "gpus"
     assert "no GPU in the capture" in err["message"]
+
+
+@pytest.mark.parametrize("name", ["dmon.txt", "pmon.txt", "df.txt", "ps.txt"])
+def test_bundle_empty_capture_is_unreadable_not_parsed(fleet_run: Fleet, tmp_path: Path,
+                                                      name: str) -> None:
+    """The same class in a bundle: an empty dmon/pmon/df/ps capture read as "no rows"
+    (parsed, verdict healthy); those commands always print a header."""
+    b = _bundle(tmp_path)
+    (b / name).write_text("")
+    code, out, _ = fleet_run("diagnose", str(b), "--json")
+    assert json.loads(out)["files"][name] == "unreadable: empty"
