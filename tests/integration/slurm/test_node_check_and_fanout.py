@@ -30,6 +30,7 @@ from fleet.domain.facts import HostFacts
 from fleet.history import open_history
 from fleet.jobs.probe import ProbeResult, probe_inventory
 from fleet.lab import lab
+from fleet.lab.slurm_health import set_health_interval
 
 pytestmark = pytest.mark.lab
 
@@ -65,12 +66,22 @@ def wait_for(env: dict[str, str], name: str, ok: Any, timeout: float) -> tuple[f
     return time.monotonic() - start, state, reason
 
 
+FAST_INTERVAL_S = 3  # this module's HealthCheckInterval; the session lab's (30 s) comes back after
+
+
 @pytest.fixture(scope="module")
-def interval(lab_state) -> float:  # noqa: ANN001 - conftest fixture
-    text = Path(lab_state.slurm_conf).read_text()
-    m = re.search(r"^HealthCheckInterval=(\d+)", text, re.M)
-    assert m, "the lab's slurm.conf sets no HealthCheckInterval"
-    return float(m.group(1))
+def interval(lab_state, slurm_env) -> Iterator[float]:  # noqa: ANN001 - conftest fixtures
+    """The health checks every FAST_INTERVAL_S for this module, read back from slurm.conf as
+    scontrol shows it in effect; the session's interval again at the end."""
+    conf = Path(lab_state.slurm_conf)
+    before = set_health_interval(conf, FAST_INTERVAL_S, slurm_env)
+    try:
+        shown = sh(slurm_env, "scontrol", "show", "config")
+        m = re.search(r"^HealthCheckInterval\s*=\s*(\d+)", shown, re.M)
+        assert m and int(m.group(1)) == FAST_INTERVAL_S, m and m.group(0)
+        yield float(FAST_INTERVAL_S)
+    finally:
+        set_health_interval(conf, before, slurm_env)
 
 
 @pytest.fixture(scope="module")

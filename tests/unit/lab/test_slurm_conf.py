@@ -111,3 +111,19 @@ def test_fleet_wrapper_runs_the_hosts_python_on_the_controllers_fleet() -> None:
 def test_fleet_dirs_are_not_nested() -> None:
     dirs = hostfleet.fleet_dirs()
     assert dirs and all(not any(o != d and o in d.parents for o in dirs) for d in dirs)
+
+
+def test_health_interval_changed_in_place() -> None:
+    """The lab tests that wait on health checks shorten the running lab's interval (issue 28)."""
+    from fleet.lab.slurm_health import with_health_interval
+
+    text = S.slurm_conf(plan_hosts(5, "netns", POOLS), SP, "ctl", health_interval=30)
+    fast = with_health_interval(text, 3)
+    assert fast.replace("HealthCheckInterval=3\n", "HealthCheckInterval=30\n") == text
+    assert "HealthCheckInterval=3\n" in fast and "HealthCheckInterval=30" not in fast
+    import pytest
+
+    with pytest.raises(ValueError, match="at least 1"):
+        with_health_interval(text, 0)
+    with pytest.raises(ValueError, match="0 HealthCheckInterval lines"):
+        with_health_interval("ClusterName=x\n", 3)
