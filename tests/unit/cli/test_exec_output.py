@@ -7,16 +7,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
 
-from fleet.cli.app import build_app
 from fleet.remote import ssh_exec
 from fleet.remote.ssh_exec import ExecResult
 
 INVENTORY = 'lab = [("gpu-01", {}), ("gpu-02", {}), ("gpu-03", {})]\n'
 
 
-def test_groups_and_their_output_in_order_on_stdout(tmp_path: Path,
+def test_groups_and_their_output_in_order_on_stdout(tmp_path: Path, fleet_run: Any,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     inv = tmp_path / "inv.py"
     inv.write_text(INVENTORY)
@@ -27,14 +25,13 @@ def test_groups_and_their_output_in_order_on_stdout(tmp_path: Path,
                 ExecResult("gpu-03", 0, "535.129.03\n\n", "no nvidia-smi", None, 0.1)]
 
     monkeypatch.setattr(ssh_exec, "run_everywhere", fake)
-    r = CliRunner().invoke(build_app(), ["exec", "-i", str(inv), "--", "cat", "/x"],
-                           env={"COLUMNS": "200"})
-    assert r.exit_code == 0, r.output
-    assert r.stdout.splitlines() == [
+    code, out, err = fleet_run("exec", "-i", str(inv), "--", "cat", "/x")
+    assert code == 0, out + err
+    assert out.splitlines() == [
         "2 host(s): gpu-01, gpu-02  (exit 0)",
         "550.54.15",
         "1 host(s): gpu-03  (exit 0)",
         "535.129.03",
         "no nvidia-smi",
     ]
-    assert "host(s)" not in r.stderr
+    assert "host(s)" not in err
