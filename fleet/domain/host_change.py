@@ -14,7 +14,8 @@ Holds follow the deploy (`fleet.domain.pinning`): every package of the release e
 held package that the transaction removes is released first. With apt a hold is by name, so a
 held package that moves to another version stays held (released for the one transaction and held
 again) and is not listed; a dnf version lock names the version, so that package is `relock`ed at
-the new one.
+the new one. The kernel packages a pool's `kernel.hold` holds or releases
+(`fleet.domain.kernel_hold`) are listed after the release's own.
 """
 
 from __future__ import annotations
@@ -166,7 +167,10 @@ def host_change(plan: PinPlan, wanted: Sequence[WantedPackage]) -> HostChange:
                   for s in plan.steps if s.path is not None)
     other = tuple(s.description for s in plan.steps
                   if s.path is None and not (s.command or "").startswith(_SAID))
+    tool = hold_tool(plan.os_family)
+    kernel = [HoldChange(n, "hold", tool, None) for n in plan.kernel_hold]
+    kernel += [HoldChange(n, "unhold", tool, None) for n in plan.kernel_unhold]
     return HostChange(plan.os_family, plan.changes,
                       tuple(hold_changes(plan.os_family, wanted, plan.changes, plan.held,
-                                         plan.installed)),
+                                         plan.installed)) + tuple(kernel),
                       files, plan.reboot_required, reboot_reason(plan, wanted), other)

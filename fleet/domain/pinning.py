@@ -125,6 +125,10 @@ class PinPlan:
     held: frozenset[str] = frozenset()
     files: Mapping[str, str | None] = field(default_factory=dict)
     loaded_module: str | None = None
+    # kernel packages this pin holds and releases for the pool's `kernel.hold`
+    # (`fleet.domain.kernel_hold.with_kernel_hold` adds them and their steps)
+    kernel_hold: tuple[str, ...] = ()
+    kernel_unhold: tuple[str, ...] = ()
 
     @property
     def changed(self) -> bool:

@@ -14,7 +14,7 @@ of the fleet and say exactly which hosts it could not reach. Calls take and retu
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, Protocol, TypeVar, runtime_checkable
 
@@ -77,12 +77,17 @@ class Backend(Protocol):
         event is counted once, not again at every probe until the host reboots."""
         ...
 
-    def plan(self, hosts: Sequence[str], release: Release) -> dict[str, HostResult[PinPlan]]:
-        """What pinning `release` would change on each host; touches nothing."""
+    def plan(self, hosts: Sequence[str], release: Release, *,
+             kernel_hold: Collection[str] = frozenset()) -> dict[str, HostResult[PinPlan]]:
+        """What pinning `release` would change on each host; touches nothing. `kernel_hold`
+        names the hosts whose pool holds the kernel packages (`kernel: {hold: true}`): their
+        pin holds them, every other host's pin releases the ones fleet held."""
         ...
 
-    def apply(self, hosts: Sequence[str], release: Release) -> dict[str, HostResult[PinPlan]]:
-        """Pin `release` (idempotent: `changed` is False on a host already on it)."""
+    def apply(self, hosts: Sequence[str], release: Release, *,
+              kernel_hold: Collection[str] = frozenset()) -> dict[str, HostResult[PinPlan]]:
+        """Pin `release` (idempotent: `changed` is False on a host already on it); the kernel
+        hold as `plan` says."""
         ...
 
     def reboot(self, hosts: Sequence[str], *, gate: RebootPass) -> dict[str, HostResult[None]]:

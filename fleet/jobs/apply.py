@@ -23,6 +23,7 @@ from fleet.domain.checks.models import Expectations
 from fleet.domain.drain import DrainView, describe_jobs
 from fleet.domain.facts import HostFacts
 from fleet.domain.host_change import HostChange, host_change
+from fleet.domain.kernel_hold import holding
 from fleet.domain.matrix.models import Matrix, OsFamily, Release
 from fleet.domain.matrix.rollout_settings import DrainSettings
 from fleet.domain.matrix.rules import architecture_problems, blocked_components
@@ -162,7 +163,8 @@ def pin_hosts(
     for rel_name, names in by_release.items():
         release = matrix.release(rel_name)
         say(",".join(names), f"planning {rel_name}")
-        for name, planned in backend.plan(names, release).items():
+        hold = holding(matrix, ((n, refs[n].pool) for n in names))
+        for name, planned in backend.plan(names, release, kernel_hold=hold).items():
             res = results[name]
             if not planned.ok or planned.value is None:
                 res.outcome = "unreachable" if not planned.reachable else "failed"
@@ -210,7 +212,8 @@ def pin_hosts(
                          {"from_release": res.from_release, "to_release": rel_name,
                           "reason": reason}, actor=actor, at=now())
         say(",".join(names), f"pinning {rel_name}")
-        applied = backend.apply(names, release)
+        applied = backend.apply(names, release,
+                                kernel_hold=holding(matrix, ((n, refs[n].pool) for n in names)))
         rebooting = []
         for name in names:
             res, out = results[name], applied[name]
@@ -346,16 +349,17 @@ def _undrain_after_change(scheduler: Scheduler, names: list[str],
 
 
 def _restore(backend: Backend, matrix: Matrix, res: HostApply) -> str:
-    return restore_release(backend, matrix, res.host, res.from_release)
+    return restore_release(backend, matrix, res.host, res.from_release, res.pool)
 
 
 def restore_release(backend: Backend, matrix: Matrix, host: str,
-                    from_release: str | None) -> str:
+                    from_release: str | None, pool: str | None) -> str:
     """Put a host whose pin failed half-way back on the release it had (never reboot it);
     returns what happened, for the record."""
     if from_release is None:
         return "no known previous release to restore: the host needs attention"
-    back = backend.apply([host], matrix.release(from_release))[host]
+    back = backend.apply([host], matrix.release(from_release),
+                         kernel_hold=holding(matrix, [(host, pool)]))[host]
     if back.ok:
         return f"restored {from_release}"
     return f"restoring {from_release} failed too: {back.error}"

@@ -8,7 +8,7 @@ Connecting 20 lab hosts costs about a second (spike figures), small next to an a
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -140,7 +140,9 @@ class SshBackend:
                 out[name] = HostResult.failed(name, f"probe output invalid: {exc}")
         return out
 
-    def _plans(self, conn: Connected, release: Release) -> dict[str, HostResult[PinPlan]]:
+    def _plans(self, conn: Connected, release: Release,
+               kernel_hold: Collection[str] = frozenset()) -> dict[str, HostResult[PinPlan]]:
+        from fleet.domain.kernel_hold import KERNEL_HOLD_PATH
         from fleet.domain.pinning import PREFERENCES_PATH, UNATTENDED_PATH
         from fleet.domain.ports import HostResult
         from fleet.remote import facts as F
@@ -157,48 +159,69 @@ class SshBackend:
             installed = gather(conn, F.DebNvidiaPackages)
             residual = gather(conn, F.DebResidualPackages)
             held = gather(conn, F.AptHeldPackages)
-            files = gather(conn, F.FileContents, paths=[PREFERENCES_PATH, UNATTENDED_PATH])
+            kernels = gather(conn, F.DebKernelPackages)
+            files = gather(conn, F.FileContents,
+                           paths=[PREFERENCES_PATH, UNATTENDED_PATH, KERNEL_HOLD_PATH])
             for name in deb:
                 out[name] = self._plan_one(name, "debian", release, installed[name], held[name],
                                            files[name], modules.get(name),
-                                           residual=residual.get(name))
+                                           residual=residual.get(name), kernels=kernels[name],
+                                           hold=name in kernel_hold)
         if rhel:
             installed = gather(conn, F.RpmNvidiaPackages)
             locks = gather(conn, F.DnfVersionLocks)
             streams = gather(conn, F.DnfDriverStreams)
+            kernels = gather(conn, F.RpmKernelPackages)
+            records = gather(conn, F.FileContents, paths=[KERNEL_HOLD_PATH])
             for name in rhel:
-                out[name] = self._plan_one(name, "rhel", release, installed[name], locks[name], {},
-                                           modules.get(name), streams.get(name, {}))
+                out[name] = self._plan_one(name, "rhel", release, installed[name], locks[name],
+                                           records[name], modules.get(name),
+                                           streams.get(name, {}), kernels=kernels[name],
+                                           hold=name in kernel_hold)
         return out
 
     @staticmethod
     def _plan_one(name: str, family: Any, release: Release, installed: Any, held: Any,
                   files: Any, module: Any = None, streams: Any = None,
-                  residual: Any = None) -> HostResult[PinPlan]:
+                  residual: Any = None, *, kernels: Any, hold: bool) -> HostResult[PinPlan]:
+        """`files` holds the managed files fleet reads on this family (on dnf hosts only the
+        kernel hold record: automatic.conf is rewritten with the locks)."""
+        from fleet.domain.kernel_hold import KERNEL_HOLD_PATH, with_kernel_hold
         from fleet.domain.pinning import plan_pin
         from fleet.domain.ports import HostResult
         from fleet.remote import facts as F
 
-        for value in (installed, held, files, streams, residual):
+        for value in (installed, held, files, streams, residual, kernels):
             if isinstance(value, Exception):
                 return HostResult.failed(name, f"could not read packages: {value}")
+        if KERNEL_HOLD_PATH not in files:  # an answer without it: the record is unread
+            return HostResult.failed(name, f"could not read {KERNEL_HOLD_PATH}")
+        record = files[KERNEL_HOLD_PATH]
+        pin_files = {k: v for k, v in files.items() if k != KERNEL_HOLD_PATH}
         wanted = release.packages(family)
         loaded = module if isinstance(module, str) else None
         args = F.stream_args(release.driver_module_stream(), streams) if streams else {}
-        return HostResult(name, plan_pin(family, wanted, installed, held, files, loaded,
-                                         residual=residual or (), **args))
+        try:
+            plan = plan_pin(family, wanted, installed, held, pin_files, loaded,
+                            residual=residual or (), **args)
+            return HostResult(name, with_kernel_hold(plan, hold=hold, kernels=kernels,
+                                                     record=record))
+        except ValueError as exc:  # a name from the host that is not a plain package name
+            return HostResult.failed(name, str(exc))
 
-    def plan(self, hosts: Sequence[str], release: Release) -> dict[str, HostResult[PinPlan]]:
+    def plan(self, hosts: Sequence[str], release: Release, *,
+             kernel_hold: Collection[str] = frozenset()) -> dict[str, HostResult[PinPlan]]:
         with self._connect(hosts) as conn:
-            return {**self._unreachable(conn), **self._plans(conn, release)}
+            return {**self._unreachable(conn), **self._plans(conn, release, kernel_hold)}
 
-    def apply(self, hosts: Sequence[str], release: Release) -> dict[str, HostResult[PinPlan]]:
+    def apply(self, hosts: Sequence[str], release: Release, *,
+              kernel_hold: Collection[str] = frozenset()) -> dict[str, HostResult[PinPlan]]:
         from fleet.remote import facts as F
         from fleet.remote.operations import pin_release
 
         start = time.monotonic()
         with self._connect(hosts) as conn:
-            out = {**self._unreachable(conn), **self._plans(conn, release)}
+            out = {**self._unreachable(conn), **self._plans(conn, release, kernel_hold)}
             families = gather(conn, F.OsFamily)
             runnable = [n for n, r in out.items() if r.ok and r.value is not None]
             if not runnable:
@@ -207,7 +230,7 @@ class SshBackend:
             done = apply(conn, pin_release, lambda h: {
                 "release": release.name, "packages": _packages(release, families[h.name]),
                 "stream": release.driver_module_stream() if families[h.name] == "rhel" else None,
-                "_timeout": APPLY_TIMEOUT_S})
+                "kernel_hold": h.name in kernel_hold, "_timeout": APPLY_TIMEOUT_S})
         for name, outcome in done.items():
             res = out[name]
             res.seconds = time.monotonic() - start

@@ -13,6 +13,8 @@ from collections.abc import Iterable
 
 from pyinfra.api.facts import FactBase
 
+from fleet.domain.kernel_hold import DEB_KERNEL_GLOBS, RPM_KERNEL_PACKAGES
+
 # Families whose installed versions a pin can change or must remove.
 PACKAGE_GLOBS = (
     "nvidia-*",
@@ -112,6 +114,18 @@ class AptHeldPackages(FactBase[set[str]]):
         return parse_names(output)
 
 
+class DebKernelPackages(DebNvidiaPackages):
+    """Installed kernel packages (`linux-image-*`, `linux-headers-*`: meta and versioned), for a
+    pool's kernel hold (`fleet.domain.kernel_hold` checks each name)."""
+
+    def command(self) -> str:
+        globs = " ".join(shlex.quote(g) for g in DEB_KERNEL_GLOBS)
+        return (
+            "dpkg-query -W -f='${Package}\\t${Version}\\t${db:Status-Abbrev}\\n' "
+            f"{globs} 2>/dev/null || true"
+        )
+
+
 def parse_rpm_installed(lines: Iterable[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for line in lines:
@@ -136,6 +150,15 @@ class RpmNvidiaPackages(FactBase[dict[str, str]]):
 
     def process(self, output: list[str]) -> dict[str, str]:
         return parse_rpm_installed(output)
+
+
+class RpmKernelPackages(RpmNvidiaPackages):
+    """The installed EL kernel packages a kernel hold covers (`kernel`, `kernel-core`...)."""
+
+    def command(self) -> str:
+        names = " ".join(shlex.quote(n) for n in RPM_KERNEL_PACKAGES)
+        fmt = "'%{NAME}\\t%{EPOCHNUM}:%{VERSION}-%{RELEASE}\\n'"
+        return f"rpm -q --queryformat {fmt} {names} || true"
 
 
 def parse_versionlock(lines: Iterable[str]) -> set[str]:

@@ -18,9 +18,11 @@ from typing import Any
 from pyinfra.api.operation import operation
 from pyinfra.context import host
 
+from fleet.domain.kernel_hold import KERNEL_HOLD_PATH, with_kernel_hold
 from fleet.domain.pinning import PREFERENCES_PATH, UNATTENDED_PATH, PinPlan, plan_pin
 from fleet.remote.facts import (
     AptHeldPackages,
+    DebKernelPackages,
     DebNvidiaPackages,
     DebResidualPackages,
     DnfDriverStreams,
@@ -28,6 +30,7 @@ from fleet.remote.facts import (
     FileContents,
     LoadedModuleVersion,
     OsFamily,
+    RpmKernelPackages,
     RpmNvidiaPackages,
     stream_args,
 )
@@ -58,40 +61,53 @@ class Pkg:
     component: str
 
 
-def current_plan(packages: Sequence[tuple[str, str, str]], stream: str | None = None) -> PinPlan:
+def current_plan(packages: Sequence[tuple[str, str, str]], stream: str | None = None,
+                 kernel_hold: bool = False) -> PinPlan:
     """The plan for the host pyinfra is processing, from its live facts; `stream` is the
-    release's `nvidia-driver` module stream (dnf hosts)."""
+    release's `nvidia-driver` module stream (dnf hosts); `kernel_hold` whether the host's pool
+    holds the kernel packages (`fleet.domain.kernel_hold`)."""
     wanted = [Pkg(*p) for p in packages]
     family = host.get_fact(OsFamily)
     module = host.get_fact(LoadedModuleVersion)
     if family == "debian":
         installed = host.get_fact(DebNvidiaPackages)
         held = host.get_fact(AptHeldPackages)
-        contents = host.get_fact(FileContents, paths=[PREFERENCES_PATH, UNATTENDED_PATH])
+        facts: dict[str, str | None] = host.get_fact(
+            FileContents, paths=[PREFERENCES_PATH, UNATTENDED_PATH, KERNEL_HOLD_PATH])
+        contents = dict(facts)  # a copy: pyinfra keeps the fact's own dict
+        record = contents.pop(KERNEL_HOLD_PATH)
         residual = host.get_fact(DebResidualPackages)
-        return plan_pin("debian", wanted, installed, held, contents, module, residual=residual)
+        plan = plan_pin("debian", wanted, installed, held, contents, module, residual=residual)
+        kernels: dict[str, str] = host.get_fact(DebKernelPackages)
+        return with_kernel_hold(plan, hold=kernel_hold, kernels=kernels, record=record)
     if family == "rhel":
         installed_rpm: dict[str, str] = host.get_fact(RpmNvidiaPackages)
         locks: set[str] = host.get_fact(DnfVersionLocks)
         streams: dict[str, bool] = host.get_fact(DnfDriverStreams)
         args = stream_args(stream, streams)
-        return plan_pin("rhel", wanted, installed_rpm, locks, {}, module,
+        plan = plan_pin("rhel", wanted, installed_rpm, locks, {}, module,
                         module_stream=args["module_stream"],
                         enabled_stream=args["enabled_stream"])
+        record = host.get_fact(FileContents, paths=[KERNEL_HOLD_PATH])[KERNEL_HOLD_PATH]
+        rpm_kernels: dict[str, str] = host.get_fact(RpmKernelPackages)
+        return with_kernel_hold(plan, hold=kernel_hold, kernels=rpm_kernels, record=record)
     raise ValueError(f"unsupported OS family on {host.name}: {family!r}")
 
 
 @operation()
 def pin_release(release: str, packages: list[tuple[str, str, str]],
-                stream: str | None = None) -> Generator[Any, None, None]:
+                stream: str | None = None, kernel_hold: bool = False
+                ) -> Generator[Any, None, None]:
     """
     Put exactly these packages on the host, pinned and held; remove other driver branches.
 
     + release: the matrix release name (for messages)
     + packages: ``(name, upstream_version, component)`` triples from ``Release.packages()``
     + stream: the release's ``nvidia-driver`` dnf module stream (``580-open``); dnf hosts only
+    + kernel_hold: hold the installed kernel packages (the pool's ``kernel.hold``); False
+      releases the ones fleet held
     """
-    plan = current_plan(packages, stream)
+    plan = current_plan(packages, stream, kernel_hold)
     if not plan.changed:
         host.noop(f"release {release} already pinned")
         return

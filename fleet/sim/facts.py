@@ -115,6 +115,13 @@ KERNELS = {"debian": ("5.15.0-119-generic", "6.8.0-49-generic"),
 """Per OS family: the kernel the hosts run, and the newer one `kernel_without_module` installs
 (on Ubuntu 22.04, the HWE kernel an unattended upgrade brings)."""
 
+KERNEL_PACKAGES = {
+    "debian": ("linux-generic", "linux-headers-5.15.0-119-generic", "linux-headers-generic",
+               "linux-image-5.15.0-119-generic", "linux-image-generic"),
+    "rhel": ("kernel", "kernel-core", "kernel-devel", "kernel-modules"),
+}
+"""The kernel's installed packages per OS family (what a pool's kernel hold holds)."""
+
 
 def boot_facts(os_family: str, driver: str | None, flavor: str | None = "open", *,
                new_kernel: bool = False, booted_new: bool = False,

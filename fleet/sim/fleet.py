@@ -20,11 +20,12 @@ results do not depend on the order other hosts were called in) and time from the
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from fleet.domain.facts import HostFacts
+from fleet.domain.kernel_hold import record_text, with_kernel_hold
 from fleet.domain.matrix.models import Matrix, Release
 from fleet.domain.pinning import PREFERENCES_PATH, UNATTENDED_PATH, PinPlan, plan_pin
 from fleet.domain.ports import HostRef, HostResult, Samples
@@ -274,19 +275,27 @@ class SimFleet:
                 holds.discard(name)
         return pkgs, frozenset(holds)
 
-    def _plan_for(self, h: SimHost, release: Release) -> PinPlan:
+    def _plan_for(self, h: SimHost, release: Release, hold: bool = False) -> PinPlan:
+        """The release's plan (cached per start and target release) with the kernel hold on
+        top: a host holds the kernel packages only when a pin of a pool asking for it did."""
         fam: OsFamily = "debian" if h.os_family == "debian" else "rhel"
         if h.drift:  # a hand-changed host: its own plan, never cached
             installed, held = self._packages(h)
             files = self._canonical(h.pkg, h.os_family)[2]
-            return plan_pin(fam, release.packages(fam), installed, held, files)
-        key = (h.pkg, release.name, h.os_family)
-        plan = self._plans.get(key)
-        if plan is None:
-            installed, held, files = self._canonical(h.pkg, h.os_family)
             plan = plan_pin(fam, release.packages(fam), installed, held, files)
-            self._plans[key] = plan
-        return plan
+        else:
+            key = (h.pkg, release.name, h.os_family)
+            cached = self._plans.get(key)
+            if cached is None:
+                installed, held, files = self._canonical(h.pkg, h.os_family)
+                cached = plan_pin(fam, release.packages(fam), installed, held, files)
+                self._plans[key] = cached
+            plan = cached
+        if not hold and not h.kernel_held:
+            return plan
+        return with_kernel_hold(plan, hold=hold, kernels=F.KERNEL_PACKAGES[fam],
+                                record=record_text(h.kernel_held) if h.kernel_held else None,
+                                held=plan.held | h.kernel_held)
 
     def _active_xids(self, h: SimHost) -> tuple[int, ...]:
         if h.faults.xid_after_upgrade and h.loaded is not None and h.loaded != h.initial:
@@ -370,16 +379,18 @@ class SimFleet:
         installed, held = self._packages(h)
         return [(n, v, n in held) for n, v in sorted(installed.items())]
 
-    def plan(self, hosts: Sequence[str], release: Release) -> dict[str, HostResult[PinPlan]]:
+    def plan(self, hosts: Sequence[str], release: Release, *,
+             kernel_hold: Collection[str] = frozenset()) -> dict[str, HostResult[PinPlan]]:
         self._register(release)
         out: dict[str, HostResult[PinPlan]] = {}
         for name in hosts:
             h = self._host(name)
             out[name] = (self._unreachable(h) if not h.reachable
-                         else HostResult(name, self._plan_for(h, release)))
+                         else HostResult(name, self._plan_for(h, release, name in kernel_hold)))
         return out
 
-    def apply(self, hosts: Sequence[str], release: Release) -> dict[str, HostResult[PinPlan]]:
+    def apply(self, hosts: Sequence[str], release: Release, *,
+              kernel_hold: Collection[str] = frozenset()) -> dict[str, HostResult[PinPlan]]:
         self._register(release)
         out: dict[str, HostResult[PinPlan]] = {}
         for name in hosts:
@@ -387,7 +398,7 @@ class SimFleet:
             if not h.reachable:
                 out[name] = self._unreachable(h)
                 continue
-            plan = self._plan_for(h, release)
+            plan = self._plan_for(h, release, name in kernel_hold)
             if not plan.changed:
                 out[name] = HostResult(name, plan, seconds=self.latency.apply_noop)
                 continue
@@ -398,6 +409,8 @@ class SimFleet:
                           "returned an error code (1)")
                 continue
             h.pkg = release.name
+            h.kernel_held = (h.kernel_held | frozenset(plan.kernel_hold)
+                             if name in kernel_hold else frozenset())
             if h.drift:  # the pin puts back every package it manages
                 fam: OsFamily = "debian" if h.os_family == "debian" else "rhel"
                 managed = {p.name for p in release.packages(fam)}
@@ -562,6 +575,7 @@ class SimFleet:
             "probes": h.probes, "benchmarks": h.benches, "faults": h.faults.as_dict(),
             "perf_factor": self.perf_factor(host),
             "drift": {k: v for k, (v, _held) in sorted(h.drift.items())},
+            "kernel_held": sorted(h.kernel_held),
         }
 
     def scheduler(self) -> SimScheduler:

@@ -19,7 +19,8 @@ class SimHost:
 
     __slots__ = ("name", "index", "pool", "profile", "gpu_count", "unit", "rack", "os_family",
                  "initial", "pkg", "loaded", "boots", "boot_at", "probes", "probes_boot",
-                 "benches", "faults", "hung", "log", "drift", "ecc_agg", "ecc_vol", "booted_new")
+                 "benches", "faults", "hung", "log", "drift", "ecc_agg", "ecc_vol", "booted_new",
+                 "kernel_held")
 
     def __init__(self, name: str, index: int, pool: str, profile: GpuProfile, gpu_count: int,
                  unit: str | None, rack: str, os_family: OsFamily, release: str | None,
@@ -43,6 +44,7 @@ class SimHost:
         self.faults: HostFaults = HEALTHY
         self.hung = False
         self.booted_new = False  # booted the newer kernel of `kernel_without_module`
+        self.kernel_held: frozenset[str] = frozenset()  # kernel packages fleet held (recorded)
         self.log: list[str] = []
         # packages changed by hand (package -> (distro version or None: removed, held)),
         # on top of what the pin deploy left; a pin that manages the package puts it back

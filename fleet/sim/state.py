@@ -38,6 +38,7 @@ def fleet_state(fleet: SimFleet) -> dict[str, Any]:
             "faults": {k: (list(v) if isinstance(v, tuple) else v)
                        for k, v in h.faults.as_dict().items()},
             "hung": h.hung, "log": list(h.log), "booted_new": h.booted_new,
+            **({"kernel_held": sorted(h.kernel_held)} if h.kernel_held else {}),
             **({"drift": {k: [v, held] for k, (v, held) in sorted(h.drift.items())}}
                if h.drift else {}),
         })
@@ -122,6 +123,7 @@ def fleet_from_state(doc: dict[str, Any], matrix: Matrix) -> SimFleet:
         h.hung, h.log = bool(d["hung"]), list(d["log"])
         h.booted_new = bool(d.get("booted_new", False))
         h.drift = {k: (v[0], bool(v[1])) for k, v in (d.get("drift") or {}).items()}
+        h.kernel_held = frozenset(str(n) for n in d.get("kernel_held") or ())
         hosts.append(h)
     clock = SimClock(datetime.fromisoformat(doc["now"])) if doc.get("now") else None
     fleet = SimFleet(hosts, matrix.releases, seed=int(doc["seed"]), clock=clock,

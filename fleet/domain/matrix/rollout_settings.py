@@ -11,7 +11,7 @@ import math
 import re
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BeforeValidator, Field, field_validator
+from pydantic import AfterValidator, BeforeValidator, Field, StrictBool, field_validator
 
 from fleet.domain.kube_selector import parse_selector
 from fleet.domain.matrix.base import Model as _Model
@@ -155,9 +155,20 @@ class RolloutSettings(_Model):
 SecureBootPolicy = Literal["required", "forbidden", "any"]
 
 
+class KernelSettings(_Model):
+    """What fleet does to the kernel packages of a pool's hosts (`fleet.domain.kernel_hold`)."""
+
+    hold: StrictBool = Field(
+        default=False,
+        description="While a release is pinned, hold the installed kernel packages (apt-mark "
+                    "hold, dnf versionlock), so unattended upgrades cannot move the kernel under "
+                    "the driver; the pin of a pool without it releases what fleet held.")
+
+
 class PoolSettings(_Model):
-    """A pool's role (canary or not), its GPU model, its rollout settings and its Secure Boot
-    policy (checked by `node.next_boot`)."""
+    """A pool's role (canary or not), its GPU model, its rollout settings, its Secure Boot
+    policy (checked by `node.next_boot`), its node profile and whether its kernel packages are
+    held."""
 
     canary: bool = False
     gpu_model: str | None = Field(
@@ -170,6 +181,7 @@ class PoolSettings(_Model):
     profile: PoolProfile | None = Field(
         default=None, description="The node profile (matrix `profiles:`) its hosts must match: "
         "a name, or GPU model -> name.")
+    kernel: KernelSettings = KernelSettings()
 
 
 def wave_sizes(serial: list[int | str], n_hosts: int) -> list[int]:

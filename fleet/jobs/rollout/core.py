@@ -14,6 +14,7 @@ from fleet.domain.checks import Finding, Severity
 from fleet.domain.gates import (
     count_states,
 )
+from fleet.domain.kernel_hold import holding
 from fleet.domain.matrix.models import Matrix, Release, RolloutSettings
 from fleet.domain.ports import Backend, HostRef, HostResult, NodeReboot, Scheduler
 from fleet.errors import BadInput, CouldNotComplete
@@ -235,6 +236,11 @@ class EngineCore:
     def _settings(self, pool: str) -> RolloutSettings:
         s = self.matrix.pools.get(pool)
         return s.rollout if s is not None else RolloutSettings()
+
+    def _kernel_hold(self, rows: Sequence[StepRow]) -> frozenset[str]:
+        """The rows' hosts whose pool holds the kernel packages (every pin passes this on:
+        forward, restore and rollback alike)."""
+        return holding(self.matrix, ((r.host, r.pool) for r in rows))
 
     def _pool_rows(self, pool: str) -> list[StepRow]:
         return [r for w in self.waves if w.pool == pool for r in self.by_wave.get(w.id, [])]

@@ -89,7 +89,8 @@ class Rollbacks(EngineCore):
         for back, group in targets.items():
             release = self.matrix.release(back)
             live = self._rollback_drain(group)
-            plans = self.backend.plan([r.host for r in live], release) if live else {}
+            plans = (self.backend.plan([r.host for r in live], release,
+                                       kernel_hold=self._kernel_hold(live)) if live else {})
             change = []
             for r in live:
                 p = plans[r.host]
@@ -97,7 +98,8 @@ class Rollbacks(EngineCore):
                     self._fail(r, "rollback", f"plan: {p.error}", unreachable=not p.reachable)
                 elif p.value.changed:
                     change.append(r)
-            out = self.backend.apply([r.host for r in change], release) if change else {}
+            out = (self.backend.apply([r.host for r in change], release,
+                                      kernel_hold=self._kernel_hold(change)) if change else {})
             for r in change:
                 if not out[r.host].ok:
                     self._fail(r, "rollback", f"pin: {out[r.host].error}",

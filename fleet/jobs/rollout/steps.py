@@ -196,7 +196,8 @@ class WaveSteps(EngineCore):
         if not todo:
             return
         release = self.matrix.release(todo[0].to_release or "")
-        plans = self.backend.plan([r.host for r in todo], release)
+        plans = self.backend.plan([r.host for r in todo], release,
+                                  kernel_hold=self._kernel_hold(todo))
         ready = []
         for r in todo:
             p = plans[r.host]
@@ -217,7 +218,8 @@ class WaveSteps(EngineCore):
                                   *self._host_events(todo)],
                     label=f"wave{w.index}:apply:begin")
         change = [r for r in ready if r.detail.get("pending")]
-        out = self.backend.apply([r.host for r in change], release) if change else {}
+        out = (self.backend.apply([r.host for r in change], release,
+                                  kernel_hold=self._kernel_hold(change)) if change else {})
         broken: list[StepRow] = []
         for r in ready:
             res = out.get(r.host)
@@ -248,7 +250,8 @@ class WaveSteps(EngineCore):
                 by_release.setdefault(r.from_release, []).append(r)
         snaps: list[tuple[Any, ...]] = []
         for back, group in by_release.items():
-            out = self.backend.apply([r.host for r in group], self.matrix.release(back))
+            out = self.backend.apply([r.host for r in group], self.matrix.release(back),
+                                     kernel_hold=self._kernel_hold(group))
             put_back = []
             for r in group:
                 res = out[r.host]

@@ -318,3 +318,75 @@ def test_a_package_of_another_release_left_by_hand_gets_a_finding_and_apply_remo
     assert (f["evidence"]["package"], f["evidence"]["residual"]) == ("cuda-toolkit-13-2", True)
     h2.sh(f["evidence"]["fix"])  # dnf versionlock delete cuda-toolkit-13-2
     assert not any("cuda-toolkit-13-2" in lk for lk in locks(h2))
+
+
+# ------------------------------------------------------------------ kernel hold (pool kernel.hold)
+KERNEL_DEBS = {"linux-image-amd64", "linux-image-6.1.0-18-amd64", "linux-headers-6.1.0-18-amd64"}
+KERNEL_RPMS = {"kernel", "kernel-core", "kernel-modules"}
+
+
+def test_a_pools_kernel_hold_holds_the_kernel_and_the_pin_without_it_releases_it(
+        el9, tmp_path) -> None:
+    """The running kernel's packages installed as a distribution would (the lab repositories
+    also offer a newer kernel): a pin under `kernel: {hold: true}` holds them (apt-mark on h1,
+    versionlock on h2), which keeps the newer kernel off; a second pin changes nothing; the
+    pin of the pool without the hold releases them and the newer kernel is installable again."""
+    from fleet.domain.matrix.loader import load_matrix
+    from fleet.domain.pinning import release_of
+
+    paths, hosts, env = el9
+    h1, h2 = hosts["h1"], hosts["h2"]
+    h1.sh("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "
+          "linux-image-amd64=6.1.76-1 linux-headers-6.1.0-18-amd64 >/dev/null")
+    h2.sh("dnf -y -q --refresh install kernel-6.1.76 kernel-core-6.1.76 kernel-modules-6.1.76")
+    held_matrix = tmp_path / "matrix.yaml"
+    held_matrix.write_text(MATRIX.read_text().replace(
+        "\n  h100:\n", "\n  h100:\n    kernel: {hold: true}\n", 1))
+    held_env = {**env, "FLEET_MATRIX": str(held_matrix)}
+    matrix = load_matrix(MATRIX).matrix
+    status = {h["name"]: h for h in lab.status(paths)["hosts"]}
+    on = {n: release_of(matrix.releases, status[n]["packages"],
+                        "rhel" if status[n]["os"] == "el9" else "debian") or "r580-cuda13.0"
+          for n in ("h1", "h2")}  # each host's release now: no driver change, no reboot
+    try:
+        for name, kernel in (("h1", KERNEL_DEBS), ("h2", KERNEL_RPMS)):
+            rc, doc = fleet(env, "apply", "-r", on[name], "-l", name)  # run alone: a driver
+            assert rc == 0, doc
+            rc, doc = fleet(held_env, "apply", "-r", on[name], "-l", name, "--dry")
+            assert rc == 0 and one(doc)["outcome"] == "would_change", doc
+            assert {h["package"] for h in one(doc)["holds"] if h["action"] == "hold"} == kernel
+            rc, doc = fleet(held_env, "apply", "-r", on[name], "-l", name)
+            assert rc == 0 and (one(doc)["outcome"], one(doc)["rebooted"]) == (
+                "changed", False), doc
+            rc, doc = fleet(held_env, "apply", "-r", on[name], "-l", name)
+            assert rc == 0 and one(doc)["outcome"] == "unchanged", doc  # the second pin
+        h1.close()
+        h2.close()
+        assert set(h1.sh("apt-mark showhold")[1].split()) >= KERNEL_DEBS
+        assert {lk.split("-0:")[0] for lk in locks(h2) if "-0:6.1.76-18" in lk} == KERNEL_RPMS
+        upgrade = h1.sh("apt-get -s -q dist-upgrade")[1]
+        assert "Inst linux-image-amd64" not in upgrade, upgrade  # kept back by the hold
+        h2.sh("dnf -y -q upgrade")
+        assert h2.sh("rpm -q kernel-core")[1].split() == ["kernel-core-6.1.76-18.el9.x86_64"]
+        for name, kernel in (("h1", KERNEL_DEBS), ("h2", KERNEL_RPMS)):
+            rc, doc = fleet(env, "apply", "-r", on[name], "-l", name)  # the pool without it
+            assert rc == 0 and (one(doc)["outcome"], one(doc)["rebooted"]) == (
+                "changed", False), doc
+            assert one(doc)["changes"] == [], doc  # no package moves: only the holds go
+            assert {(h["package"], h["action"]) for h in one(doc)["holds"]} == {
+                (n, "unhold") for n in kernel}, doc
+        h1.close()
+        h2.close()
+        showhold = set(h1.sh("apt-mark showhold")[1].split())
+        assert not KERNEL_DEBS & showhold and any(n.startswith("nvidia-driver") for n in showhold)
+        assert not any(lk.startswith("kernel") for lk in locks(h2)), locks(h2)
+        assert any(lk.startswith("nvidia-driver-") for lk in locks(h2))
+        upgrade = h1.sh("apt-get -s -q dist-upgrade")[1]
+        assert "Inst linux-image-amd64" in upgrade, upgrade  # the hold was what kept it
+    finally:
+        h1.sh("apt-mark unhold linux-image-amd64 linux-image-6.1.0-18-amd64 "
+              "linux-headers-6.1.0-18-amd64 >/dev/null; DEBIAN_FRONTEND=noninteractive "
+              "apt-get purge -y -q 'linux-image-*' 'linux-headers-*' >/dev/null; "
+              "rm -f /var/lib/fleet/kernel-hold", check=False)
+        h2.sh("dnf -q versionlock delete kernel kernel-core kernel-modules; dnf -y -q remove "
+              "kernel kernel-core kernel-modules; rm -f /var/lib/fleet/kernel-hold", check=False)

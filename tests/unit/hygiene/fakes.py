@@ -132,7 +132,7 @@ class FakeBackend:
                 round(100.0 * f * self.rng.gauss(1.0, 0.01), 3) for _ in range(5)]})
         return out
 
-    def plan(self, hosts: Sequence[str], release: Release) -> dict[str, Any]:
+    def plan(self, hosts: Sequence[str], release: Release, **_: Any) -> dict[str, Any]:
         raise NotImplementedError
 
     apply = plan

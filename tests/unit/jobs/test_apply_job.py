@@ -44,11 +44,13 @@ class MemoryBackend:
         return plan_pin("debian", release.packages("debian"), self.installed[name],
                         self.held[name], self.files[name])
 
-    def plan(self, hosts: Sequence[str], release: Release) -> dict[str, HostResult[PinPlan]]:
+    def plan(self, hosts: Sequence[str], release: Release,
+             **_: Any) -> dict[str, HostResult[PinPlan]]:
         return {h: HostResult.unreachable(h, "no route") if h in self.down
                 else HostResult(h, self._plan(h, release)) for h in hosts}
 
-    def apply(self, hosts: Sequence[str], release: Release) -> dict[str, HostResult[PinPlan]]:
+    def apply(self, hosts: Sequence[str], release: Release,
+              **_: Any) -> dict[str, HostResult[PinPlan]]:
         out = self.plan(hosts, release)
         for h in hosts:
             if h in self.down:

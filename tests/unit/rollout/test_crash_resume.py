@@ -100,12 +100,12 @@ class HalfBatch:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.fleet, name)
 
-    def apply(self, hosts: Any, release: Any) -> Any:
+    def apply(self, hosts: Any, release: Any, **kw: Any) -> Any:
         if self.armed and len(hosts) > self.after:
             self.armed = False
-            self.fleet.apply(list(hosts)[: self.after], release)
+            self.fleet.apply(list(hosts)[: self.after], release, **kw)
             raise Crash("half-way through a batch")
-        return self.fleet.apply(hosts, release)
+        return self.fleet.apply(hosts, release, **kw)
 
 
 def test_crash_half_way_through_a_batch(matrix: Matrix, tmp_path: Path) -> None:

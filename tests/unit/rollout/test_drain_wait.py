@@ -31,10 +31,10 @@ def test_waits_for_a_running_job_before_changing_the_host(matrix: Matrix,
     applied_at: list[Any] = []
     orig_apply = rig.fleet.apply
 
-    def apply(hosts: Any, release: Any) -> Any:
+    def apply(hosts: Any, release: Any, **kw: Any) -> Any:
         if host in hosts:
             applied_at.append(rig.clock())
-        return orig_apply(hosts, release)
+        return orig_apply(hosts, release, **kw)
 
     rig.fleet.apply = apply  # type: ignore[method-assign]
     t0 = rig.clock()

@@ -100,8 +100,9 @@ class CutOff(Wrap):
         super().__init__(fleet)
         self.cut = cut
 
-    def apply(self, hosts: Sequence[str], release: Any) -> dict[str, HostResult[Any]]:
-        out: dict[str, HostResult[Any]] = self.inner.apply(hosts, release)
+    def apply(self, hosts: Sequence[str], release: Any,
+              **kw: Any) -> dict[str, HostResult[Any]]:
+        out: dict[str, HostResult[Any]] = self.inner.apply(hosts, release, **kw)
         for h in [h for h in hosts if h in self.cut]:
             if release.name != self.inner.state(h)["initial"] and out[h].ok:
                 self.cut.discard(h)

@@ -37,8 +37,8 @@ def test_pin_cut_off_mid_apply_is_not_taken_as_restored(matrix: Matrix, tmp_path
     victim = _names(rig)[0]
 
     class DropAfterApply(Wrap):
-        def apply(self, hosts: Any, release: Any) -> Any:
-            out = self.inner.apply(hosts, release)  # the packages really changed
+        def apply(self, hosts: Any, release: Any, **kw: Any) -> Any:
+            out = self.inner.apply(hosts, release, **kw)  # the packages really changed
             if victim in out and release.name != rig.fleet.state(victim)["initial"]:
                 out[victim] = HostResult.unreachable(victim, "ssh: Connection reset by peer")
             return out
@@ -64,9 +64,10 @@ def test_failed_restore_leaves_host_drained_and_named(matrix: Matrix, tmp_path: 
     class HalfApply(Wrap):
         """The pin changes packages, then dpkg fails; putting the old ones back fails too."""
 
-        def apply(self, hosts: Any, release: Any) -> Any:
+        def apply(self, hosts: Any, release: Any, **kw: Any) -> Any:
             back = release.name == rig.fleet.state(victim)["initial"]
-            out = self.inner.apply([h for h in hosts if not (back and h == victim)], release)
+            out = self.inner.apply([h for h in hosts if not (back and h == victim)], release,
+                                   **kw)
             if victim in hosts:
                 out[victim] = HostResult(victim, None, ok=False,
                                          error="dpkg: error processing nvidia-dkms (exit 100)")
