@@ -2581,8 +2581,15 @@ def main(argv=None):
         "--kernel-log", default="auto", choices=["auto", "journal", "file", "dmesg", "none"]
     )
     ap.add_argument("--no-frameworks", action="store_true", help="skip the torch/onnxruntime check")
+    ap.add_argument("--boot-only", action="store_true",
+                    help="only the boot section (kernels, modules, Secure Boot), for bundles")
     args = ap.parse_args(argv)
-    facts = probe(args.since, args.root, args.kernel_log, not args.no_frameworks)
+    if args.boot_only:
+        facts = {"schema": PROBE_SCHEMA,
+                 "collected_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                 "boot": probe_boot(Host(args.root))}
+    else:
+        facts = probe(args.since, args.root, args.kernel_log, not args.no_frameworks)
     sys.stdout.write(json.dumps(facts, sort_keys=True, default=str) + "\n")
     return 0
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from fleet.domain.diagnose.bundle import BUNDLE_FILES
 from fleet.errors import BadInput, CouldNotComplete
+from fleet.remote.inline import PROBE_SOURCE, inline_python_command
 
 if TYPE_CHECKING:
     from fleet.remote.ssh_exec import SshTarget
@@ -29,7 +30,8 @@ _KEEP_FAILED = {"nvidia-smi-q.xml", "metrics-url"}
 
 
 def collect_script(seconds: int, nonce: str, metrics_url: str | None = None) -> str:
-    """The shell script (POSIX sh; nvidia-smi, dmesg or journalctl, ps, df on the host)."""
+    """The shell script (POSIX sh; nvidia-smi, dmesg or journalctl, ps, df and python3 for
+    the boot facts on the host)."""
     n = int(seconds)
     m = f"=====fleet-bundle-{nonce}"
     lines = [
@@ -57,6 +59,9 @@ def collect_script(seconds: int, nonce: str, metrics_url: str | None = None) -> 
         "sec loadavg; cat /proc/loadavg; rc $?",
         "sec df.txt; df -P; rc $?",
         "sec ps.txt; ps -eo pid,psr,pcpu,rss,args; rc $?",
+        # the pre-reboot gate's facts as the probe reads them (fleet.probe.hostprobe, shipped
+        # inline): running and next-boot kernel, the nvidia module per kernel, Secure Boot
+        f"sec boot.json; {inline_python_command(PROBE_SOURCE, ['--boot-only'])} 2>&1; rc $?",
     ]
     if metrics_url:
         q = shlex.quote(metrics_url)

@@ -16,6 +16,8 @@ from functools import cache
 from pathlib import Path
 
 MAX_ARG_BYTES = 120 * 1024  # Linux MAX_ARG_STRLEN is 128 KiB per argument
+PROBE_SOURCE = Path(__file__).resolve().parent.parent / "probe" / "hostprobe.py"
+"""The host probe, shipped whole (the probe fact, the Slurm probe, the support bundle)."""
 
 
 @cache

@@ -6,14 +6,12 @@ Nothing is installed on the host: see `fleet.remote.inline` for how the source t
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from pyinfra.api.facts import FactBase
 
-from fleet.remote.inline import inline_python_command
+from fleet.remote.inline import PROBE_SOURCE, inline_python_command
 
-PROBE_SOURCE = Path(__file__).resolve().parent.parent / "probe" / "hostprobe.py"
 _CURSOR_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789=;:-_.+/,")
 
 

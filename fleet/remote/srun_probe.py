@@ -59,9 +59,9 @@ from fleet.domain.facts import HostFacts
 from fleet.domain.names import check_name
 from fleet.domain.ports import HostRef, HostResult
 from fleet.remote.backend import SshBackend
+from fleet.remote.inline import PROBE_SOURCE
 from fleet.remote.srun_output import TAG, CappedLines, parse_sinfo, parse_srun_output
 
-PROBE_SOURCE = Path(__file__).resolve().parent.parent / "probe" / "hostprobe.py"
 # A line of output is at most CHUNK characters plus the tag and the node name's length cut back
 # out of it: slurmstepd cuts lines into 1024-byte labelled pieces (seen on Slurm 22.05).
 CHUNK = 960

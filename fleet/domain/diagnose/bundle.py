@@ -6,8 +6,13 @@ not judge); a file that is there but is not what its name says is a located `Bad
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from typing import Any
 
+from pydantic import ValidationError
+
+from fleet.domain.boot_facts import BootFacts, InstalledKernel
 from fleet.domain.diagnose.model import Evidence
 from fleet.domain.diagnose.parse_host import (
     parse_df,
@@ -19,6 +24,8 @@ from fleet.domain.diagnose.parse_host import (
 )
 from fleet.domain.diagnose.parse_smi import parse_smi_text, parse_smi_xml
 from fleet.domain.diagnose.parse_streams import parse_dmon, parse_pmon, parse_topo
+from fleet.domain.nesting import json_too_deep
+from fleet.errors import BadInput
 from fleet.probe.hostprobe import current_boot, kernel_log_lines, parse_kernel_log
 
 # file name -> the command that produces it (docs/diagnose.md and the collector use these).
@@ -36,6 +43,7 @@ BUNDLE_FILES: dict[str, str] = {
     "ps.txt": "ps -eo pid,psr,pcpu,rss,args",
     "metrics.txt": "curl -s <the pool's serving metrics URL>",
     "metrics-url": "the metrics URL itself (one line), written by `fleet bundle collect`",
+    "boot.json": "python3 hostprobe.py --boot-only (fleet/probe/hostprobe.py, shipped inline)",
 }
 
 
@@ -98,4 +106,44 @@ def evidence(files: Mapping[str, str], where: str = "") -> Evidence:
     if "metrics.txt" in files:
         ev.queue = parse_prometheus(files["metrics.txt"], at("metrics.txt"))
         ev.queue_source = ev.queue_source or at("metrics.txt")
+    if "boot.json" in files:
+        ev.boot = boot_summary(parse_boot(files["boot.json"], at("boot.json")))
     return ev
+
+
+def parse_boot(text: str, where: str) -> BootFacts:
+    """The probe's `--boot-only` document (`{"boot": {...}}`) as boot facts; BadInput naming
+    the file when it is not one."""
+    if (line := json_too_deep(text)) is not None:
+        raise BadInput.single(f"JSON nested too deep at line {line}", file=where)
+    try:
+        doc = json.loads(text)
+        boot = doc["boot"] if isinstance(doc, dict) else None
+        if not isinstance(boot, dict):
+            raise ValueError("no 'boot' object")
+        return BootFacts.model_validate(boot)
+    except (ValueError, KeyError, ValidationError) as exc:
+        first = str(exc).splitlines()[0][:200]
+        raise BadInput.single(f"not the probe's boot facts: {first}", file=where) from None
+
+
+def boot_summary(b: BootFacts) -> dict[str, Any]:
+    """What the pre-reboot gate reads, for the report: the running and the next-boot kernel,
+    each kernel's nvidia module (version, signer; None: none; the reason when unreadable) and
+    headers, Secure Boot. An unreadable value is said as such, never left out."""
+    def module(k: InstalledKernel) -> dict[str, Any] | str | None:
+        if k.module is None:
+            why = k.unreadable.get("module")
+            return f"unreadable: {why}" if why else None
+        return {"version": k.module.version, "flavor": k.module.flavor,
+                "signer": k.module.signer}
+
+    def value(name: str, v: Any) -> Any:
+        why = b.unreadable.get(name)
+        return f"unreadable: {why}" if v is None and why else v
+
+    return {"running_kernel": value("running_kernel", b.running_kernel),
+            "next_kernel": value("next_kernel", b.next_kernel), "next_source": b.next_source,
+            "kernels": [{"version": k.version, "module": module(k), "headers": k.headers}
+                        for k in b.kernels or []],
+            "secure_boot": value("secure_boot", b.secure_boot)}

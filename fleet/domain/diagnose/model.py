@@ -166,6 +166,9 @@ class Evidence:
     queue: QueueMetrics | None = None
     queue_source: str | None = None
     """Where queue metrics come from (the pool's metrics URL); None: queueing is not judged."""
+    boot: dict[str, Any] | None = None
+    """The boot facts (`boot.json`): running and next-boot kernel, the nvidia module per
+    kernel, Secure Boot (`fleet.domain.diagnose.bundle.boot_summary`)."""
     files: dict[str, str] = field(default_factory=dict)
     """Bundle file name -> "parsed" | "missing" | "unreadable: why" (and other notes)."""
 
@@ -204,6 +207,7 @@ class Diagnosis:
     findings: list[Finding]
     answers: list[Answer]
     files: dict[str, str]
+    boot: dict[str, Any] | None = None  # what boots next (None: the bundle has no boot.json)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -211,4 +215,5 @@ class Diagnosis:
             "findings": [f.as_dict() for f in self.findings],
             "questions": [a.as_dict() for a in self.answers],
             "files": dict(self.files),
+            "boot": self.boot,
         }

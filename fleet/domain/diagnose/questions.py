@@ -45,4 +45,4 @@ def diagnose(ev: Evidence) -> Diagnosis:
         f, a = q(ev)
         findings += f
         answers.append(a)
-    return Diagnosis(verdict(findings, answers), findings, answers, dict(ev.files))
+    return Diagnosis(verdict(findings, answers), findings, answers, dict(ev.files), ev.boot)

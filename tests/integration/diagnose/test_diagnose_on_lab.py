@@ -21,6 +21,7 @@ import pytest
 
 from fleet.domain.diagnose.questions import verdict
 from fleet.lab import lab
+from fleet.lab.boot import KERNEL
 
 pytestmark = pytest.mark.lab
 
@@ -101,6 +102,11 @@ def test_healthy_host_reads_healthy_live_and_from_a_bundle(clean, lab_paths, tmp
                                                "gpu_memory", "pcie", "numa", "nvlink", "drift",
                                                "fallback", "hardware", "disk")), status
         assert status["queueing"] == "could_not_judge"
+        # the boot facts the pre-reboot gate reads came along (boot.json): the lab's kernel
+        boot = d["boot"]
+        assert (boot["running_kernel"], boot["next_kernel"], boot["secure_boot"]) == (
+            KERNEL, KERNEL, False), boot
+        assert [k["version"] for k in boot["kernels"]] == [KERNEL], boot
 
 
 @pytest.mark.parametrize(("fault", "expected"), [

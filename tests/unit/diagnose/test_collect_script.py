@@ -4,6 +4,7 @@ it writes diagnoses like a bundle collected by hand."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -11,8 +12,10 @@ from pathlib import Path
 import pytest
 
 from fleet.domain.diagnose.bundle import BUNDLE_FILES
+from fleet.errors import BadInput
 from fleet.jobs.diagnose import diagnose_files
 from fleet.remote.bundle import collect_script, split_output
+from fleet.sim.facts import KERNELS, boot_facts
 
 BUNDLES = Path(__file__).parents[2] / "data" / "diagnose" / "bundles"
 REAL_XML = Path(__file__).parents[2] / "data" / "realdata" / "nvidia-smi-xml" / \
@@ -54,7 +57,7 @@ def test_script_writes_the_bundle_files(tmp_path: Path) -> None:
     files = _run(tmp_path, GOOD_SMI)
     assert set(files) <= set(BUNDLE_FILES)
     assert {"nvidia-smi-q.xml", "dmon.txt", "pmon.txt", "topo.txt", "kernel.log", "meminfo",
-            "loadavg", "stat", "df.txt", "ps.txt"} == set(files)
+            "loadavg", "stat", "df.txt", "ps.txt", "boot.json"} == set(files)
     assert files["stat"].count("\ncpu ") + files["stat"].startswith("cpu ") == 2
     d = diagnose_files(files)
     # this machine's own /proc is read: its CPU, memory and disk may be anything, the GPU side
@@ -90,3 +93,34 @@ def test_metrics_url_never_reaches_the_shell_unchecked(tmp_path: Path, url: str)
     with pytest.raises(BadInput) as info:
         _target(inv, "gpu-1")
     assert info.value.field == "gpu-1.serving_metrics_url"
+
+
+def test_the_bundle_carries_the_boot_facts_the_probe_reads(tmp_path: Path) -> None:
+    """boot.json is the probe's own boot section, run on the host by the collection script:
+    here, this machine's running kernel."""
+    files = _run(tmp_path, GOOD_SMI)
+    boot = diagnose_files(files).boot
+    assert boot is not None
+    running = Path("/proc/sys/kernel/osrelease").read_text().strip()
+    assert boot["running_kernel"] == running
+    assert running in [k["version"] for k in boot["kernels"]]
+    assert "secure_boot" in boot and diagnose_files(files).as_dict()["boot"] == boot
+
+
+def test_boot_facts_of_a_kernel_without_module_read_from_a_bundle() -> None:
+    """The kernel-without-module shape (the simulated fleet's, as the probe prints it): the
+    next-boot kernel and its missing module are in the report; a broken boot.json is bad input
+    naming the file."""
+    doc = boot_facts("debian", "580.95.05", "open", new_kernel=True)
+    boot = diagnose_files({"boot.json": json.dumps({"boot": doc})}).boot
+    old, new = KERNELS["debian"]
+    assert boot is not None and (boot["running_kernel"], boot["next_kernel"]) == (old, new)
+    assert {k["version"]: k["module"] for k in boot["kernels"]} == {
+        old: {"version": "580.95.05", "flavor": "open", "signer": None}, new: None}
+    assert boot["secure_boot"] is False
+    unread = {**doc, "secure_boot": {"error": "os_error", "detail": "efivars: Permission denied"}}
+    boot = diagnose_files({"boot.json": json.dumps({"boot": unread})}).boot
+    assert boot is not None and boot["secure_boot"] == "unreadable: os_error: efivars: " \
+        "Permission denied"
+    with pytest.raises(BadInput, match="boot.json"):
+        diagnose_files({"boot.json": "{\"not\": 1}"}, "b")
