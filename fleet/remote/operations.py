@@ -61,6 +61,17 @@ class Pkg:
     component: str
 
 
+_UNREAD = object()
+
+
+def _record(value: object) -> str | None:
+    """The kernel hold record's content (None: absent); an answer without it is unread, and an
+    unread record holds or releases nothing (ValueError: the host's pin fails)."""
+    if value is _UNREAD:
+        raise ValueError(f"could not read {KERNEL_HOLD_PATH} (the kernel hold record)")
+    return value if isinstance(value, str) else None
+
+
 def current_plan(packages: Sequence[tuple[str, str, str]], stream: str | None = None,
                  kernel_hold: bool = False) -> PinPlan:
     """The plan for the host pyinfra is processing, from its live facts; `stream` is the
@@ -75,7 +86,7 @@ def current_plan(packages: Sequence[tuple[str, str, str]], stream: str | None = 
         facts: dict[str, str | None] = host.get_fact(
             FileContents, paths=[PREFERENCES_PATH, UNATTENDED_PATH, KERNEL_HOLD_PATH])
         contents = dict(facts)  # a copy: pyinfra keeps the fact's own dict
-        record = contents.pop(KERNEL_HOLD_PATH)
+        record = _record(contents.pop(KERNEL_HOLD_PATH, _UNREAD))
         residual = host.get_fact(DebResidualPackages)
         plan = plan_pin("debian", wanted, installed, held, contents, module, residual=residual)
         kernels: dict[str, str] = host.get_fact(DebKernelPackages)
@@ -88,7 +99,8 @@ def current_plan(packages: Sequence[tuple[str, str, str]], stream: str | None = 
         plan = plan_pin("rhel", wanted, installed_rpm, locks, {}, module,
                         module_stream=args["module_stream"],
                         enabled_stream=args["enabled_stream"])
-        record = host.get_fact(FileContents, paths=[KERNEL_HOLD_PATH])[KERNEL_HOLD_PATH]
+        answer: dict[str, str | None] = host.get_fact(FileContents, paths=[KERNEL_HOLD_PATH])
+        record = _record(answer.get(KERNEL_HOLD_PATH, _UNREAD))
         rpm_kernels: dict[str, str] = host.get_fact(RpmKernelPackages)
         return with_kernel_hold(plan, hold=kernel_hold, kernels=rpm_kernels, record=record)
     raise ValueError(f"unsupported OS family on {host.name}: {family!r}")

@@ -3,8 +3,8 @@ or `secure-boot-unsigned` injected, `fleet check` fails before any reboot, `flee
 release that needs a reboot refuses without rebooting (boot id unchanged) and names the kernel,
 and after `fleet lab reset` the same apply goes through.
 
-h3 is the lab's A100 host (pool a100); the test pins r580 on it first, then moves it to r570,
-which changes the kernel module (a reboot).
+h3 is the lab's A100 host (pool a100); the test pins r580 on it first, then each case moves it
+to the other of r570 and r580, which changes the kernel module (a reboot).
 """
 
 from __future__ import annotations
@@ -37,15 +37,20 @@ def env(lab_paths, hosts, tmp_path_factory) -> Iterator[dict[str, str]]:  # noqa
     lab.reset(lab_paths, HOST)
 
 
+DRIVERS = {"r580-cuda13.0": "580.95.05", "r570-cuda12.8": "570.133.20"}
+
+
 @pytest.mark.parametrize("fault,says", [
-    ("kernel-without-module", f"kernel {lab_boot.NEWER} has no nvidia 570.133.20 module"),
+    ("kernel-without-module", f"kernel {lab_boot.NEWER} has no nvidia {{driver}} module"),
     ("secure-boot-unsigned", "Secure Boot is on"),
 ])
 def test_gate_refuses_then_reset_lets_the_same_apply_through(env, lab_paths, hosts, fault: str,
                                                               says: str) -> None:
+    """Each case moves h3 to the release it is not on (r580 -> r570, then back): one reboot a
+    case, the one after `lab reset` (before, each case first pinned r580 again: one more)."""
     h = hosts[HOST]
-    rc, doc = fleet(env, "apply", "-r", "r580-cuda13.0", "-l", HOST)  # back on r580 (no-op)
-    assert rc == 0, doc
+    on = {h.sh("cat /var/lib/gpusim/module.pending")[1].strip()}
+    target = next(r for r, v in DRIVERS.items() if v not in on)
     lab.inject(lab_paths, HOST, [fault])
     # before anyone reboots: fleet check says so
     rc, _ = fleet(env, "probe", "-l", HOST)
@@ -55,14 +60,14 @@ def test_gate_refuses_then_reset_lets_the_same_apply_through(env, lab_paths, hos
     assert "node.next_boot" in text and "would lose the GPU driver" in text
     # a pin that needs a reboot is refused without one
     boot = h.boot_id()
-    rc, doc = fleet(env, "apply", "-r", "r570-cuda12.8", "-l", HOST)
+    rc, doc = fleet(env, "apply", "-r", target, "-l", HOST)
     assert rc == 1, doc
     (res,) = doc["hosts"]
     assert res["outcome"] == "failed" and not res["rebooted"]
-    assert says in (res["error"] or "")
+    assert says.format(driver=DRIVERS[target]) in (res["error"] or ""), res
     assert h.boot_id() == boot
     # after lab reset the same apply goes through, with its reboot
     lab.reset(lab_paths, HOST)
-    rc, doc = fleet(env, "apply", "-r", "r570-cuda12.8", "-l", HOST)
+    rc, doc = fleet(env, "apply", "-r", target, "-l", HOST)
     assert rc == 0, doc
     assert doc["hosts"][0]["rebooted"] and h.boot_id() != boot

@@ -22,6 +22,7 @@ from pyinfra.api.state import StateStage
 from pyinfra.connectors.fake import FakeConnector
 from pyinfra.connectors.util import make_unix_command
 
+from fleet.domain.kernel_hold import KERNEL_HOLD_PATH
 from fleet.domain.pinning import PREFERENCES_PATH, UNATTENDED_PATH
 from fleet.remote.operations import pin_release, write_file_command
 from tests.unit.remote.test_pin_operation import R570
@@ -30,6 +31,7 @@ BRANCH_SWITCH = {
     "os-release": ["ubuntu debian"],
     "dpkg-query": ["nvidia-driver-550\t550.54.15-1\tii ", "cuda-toolkit-12-4\t12.4.1-1\tii "],
     "apt-mark showhold": ["nvidia-driver-550"],
+    "for f in": [f"{KERNEL_HOLD_PATH} -"],  # no kernel hold record
 }
 
 

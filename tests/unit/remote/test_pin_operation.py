@@ -10,6 +10,7 @@ from pyinfra.api.operation import add_op
 from pyinfra.api.operations import run_ops
 from pyinfra.api.state import StateStage
 
+from fleet.domain.kernel_hold import KERNEL_HOLD_PATH
 from fleet.domain.pinning import (
     PREFERENCES_PATH,
     UNATTENDED_PATH,
@@ -53,6 +54,7 @@ def test_branch_switch_runs_unhold_install_hold_in_order() -> None:
                 "cuda-toolkit-12-4\t12.4.1-1\tii ",
             ],
             "apt-mark showhold": ["nvidia-driver-550"],
+            "for f in": [f"{KERNEL_HOLD_PATH} -"],
         }
     )
     assert changed
@@ -86,6 +88,7 @@ def test_pinned_host_is_a_noop() -> None:
             "for f in": [
                 f"{PREFERENCES_PATH} {b64(apt_preferences(wanted))}",
                 f"{UNATTENDED_PATH} {b64(unattended_blacklist(wanted))}",
+                f"{KERNEL_HOLD_PATH} -",
             ],
         }
     )

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from pyinfra.api import Inventory
 
+from fleet.domain.kernel_hold import KERNEL_HOLD_PATH
 from fleet.remote.facts import OsFamily
 from fleet.remote.operations import pin_release
 from fleet.remote.session import apply, connected, gather, select_hosts
 
 FAST = {"fake_delay": 0, "fake_delay_jitter": 0}
-DEB = {**FAST, "fake_responses": {"os-release": ["debian"], "dpkg-query": [], "apt-mark": []}}
+DEB = {**FAST, "fake_responses": {"os-release": ["debian"], "dpkg-query": [], "apt-mark": [],
+                                   "for f in": [f"{KERNEL_HOLD_PATH} -"]}}
 R = [("nvidia-driver-550", "550.54.15", "driver")]
 
 
