@@ -30,6 +30,7 @@ from fleet.domain.matrix.profiles import GpuSettings
 CHECKS: list[Check] = []
 check = registrar(CHECKS)
 
+USER_CLOCKS = "applications_clocks_setting"  # NVML's user-defined-clocks event reason
 _SMI_MODE = {"default": "DEFAULT", "exclusive_process": "EXCLUSIVE_PROCESS",
              "prohibited": "PROHIBITED"}
 
@@ -172,6 +173,14 @@ def clocks(facts: HostFacts, exp: Expectations, th: Thresholds) -> Iterable[Find
                                list(want), list(found),
                                f"nvidia-smi -i {gpu_arg(g)} -ac {want[0]},{want[1]}",
                                "clocks_applications_graphics_mhz")
+            elif (USER_CLOCKS in (g.clock_event_reasons or [])
+                  and want[1] == g.clocks_default_applications_graphics_mhz):
+                # Default application clocks, yet a user setting holds the clock: locked clocks
+                # (-lgc), which NVML cannot read back (fleet.domain.node_plan lifts them alike).
+                yield mismatch("node.clocks", WARN, "none", g, "graphics clocks",
+                               f"application clocks {want[0]},{want[1]}", "locked (user-defined "
+                               "clocks)", f"nvidia-smi -i {gpu_arg(g)} -rgc",
+                               "clock_event_reasons")
         if locked is not None:
             have = g.clocks_locked_graphics_mhz
             if have is None:

@@ -210,3 +210,12 @@ def test_declared_ecc_off_is_not_an_ecc_mode_failure() -> None:
     exp = Expectations(profile=NodeProfile.model_validate({"gpu": {"ecc": False}}))
     assert not [f for f in run_checks(facts, exp) if f.check in ("ecc.mode", "node.ecc")
                 and f.severity.value != "ok"]
+
+
+def test_locked_clocks_seen_through_the_user_defined_clocks_reason() -> None:
+    facts = facts_from_file(H100)  # edited: no capture shows -lgc; NVML's reason bit does
+    facts.gpus = [facts.gpus[0].model_copy(update={
+        "clock_event_reasons": ["applications_clocks_setting"]})]
+    want = {"gpu": {"clocks": {"applications": {"memory_mhz": 2619, "graphics_mhz": 1980}}}}
+    [f] = node(H100, want, facts)
+    assert f.check == "node.clocks" and f.evidence["fix"] == "nvidia-smi -i 0000:53:00.0 -rgc"
