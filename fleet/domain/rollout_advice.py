@@ -87,3 +87,68 @@ def advise(seen: Seen, *, fleet: str, now: datetime) -> Advice:
         return Advice(reason, [(f"{fleet} hosts " + " ".join(f"-l {p}" for p in seen.pools),
                                 "the hosts it moved, as the history has them")])
     return Advice(reason, [(hosts, "each host's step")] if st == "aborted" else [])
+
+
+@dataclass(frozen=True)
+class Split:
+    """A pool a rollout left on two releases: the hosts it moved and those it did not."""
+
+    pool: str
+    target: str
+    moved: list[str]  # on `target`
+    others: dict[str, list[str]]  # release (or "not moved") -> hosts
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"pool": self.pool, "target": self.target, "moved": list(self.moved),
+                "others": {k: list(v) for k, v in self.others.items()}}
+
+
+def split_pools(steps: Sequence[Any]) -> list[Split]:
+    """The pools whose hosts a stopped rollout left on different releases: some moved to the
+    target (`done`), others rolled back or never moved. `steps` are the rollout's host steps
+    (`fleet.history.rollouts.StepRow`)."""
+    by_pool: dict[str, list[Any]] = {}
+    for s in steps:
+        by_pool.setdefault(s.pool, []).append(s)
+    out = []
+    for pool, rows in by_pool.items():
+        moved = [s for s in rows if s.state == "done"]
+        rest = [s for s in rows if s.state != "done"
+                and not str((s.detail or {}).get("why", "")).startswith("already on")]
+        if not moved or not rest:
+            continue
+        others: dict[str, list[str]] = {}
+        for s in rest:
+            d = s.detail or {}
+            where = (d.get("rollback_to") or s.from_release) if s.state == "rolled_back" \
+                else s.from_release
+            others.setdefault(str(where) if where else "not moved (as before the rollout)",
+                              []).append(s.host)
+        out.append(Split(pool, str(moved[0].to_release), [s.host for s in moved], others))
+    return out
+
+
+def make_whole(split: Split, *, fleet: str, source: Mapping[str, Any],
+               matrix: str) -> list[tuple[str, str]]:
+    """Commands that put a split pool on one release again, as printed: move the others to the
+    target with a new rollout of the pool or, over SSH, put the moved hosts back."""
+    import shlex
+
+    q = shlex.quote
+    if source.get("source") == "sim":
+        build = source.get("build") or {}
+        how = (f"--sim-spec {q(str(build['spec']))}" if build.get("spec")
+               else f"--sim {build.get('n')} --seed {build.get('seed', 0)}")
+        how += f" --sim-state {q(str(source.get('sim_state')))}"
+    else:
+        how = f"-i {q(str(source.get('inventory')))}"
+    steps = [(f"{fleet} rollout start -m {q(matrix)} {how} -l {q(split.pool)} "
+              f"--release {q(split.target)}",
+              f"move the rest of {split.pool} to {split.target} (a new rollout, gated)")]
+    if source.get("source") != "sim":
+        hosts = " ".join(f"-l {q(h)}" for h in split.moved)
+        steps.append((f"{fleet} rollback -m {q(matrix)} {how} {hosts} --reason "
+                      f"{q(f'make {split.pool} whole after an aborted rollout')} --yes",
+                      f"put the {len(split.moved)} moved host(s) back on their last "
+                      "known-good release"))
+    return steps

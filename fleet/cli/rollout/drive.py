@@ -12,6 +12,7 @@ from rich.table import Table
 
 from fleet.cli.output import console, emit_json, esc
 from fleet.cli.rollout.common import now
+from fleet.cli.rollout.split import warn_splits
 from fleet.cli.rollout.wiring import wiring
 from fleet.errors import ProblemsFound
 
@@ -84,13 +85,15 @@ def drive(ctx: typer.Context, matrix_path: str, source: dict[str, Any], json_out
                 live.update(wave_table(engine))
                 live.stop()
         left = _skipped_unreachable(history, result.rollout_id)
+        split = _split(history, result, settings(ctx).db)
     if live is None and result.rollout_id is not None:
         console.print(wave_table(engine))
-    doc = {**result.as_dict(), "source": source, "unreachable": left}
+    doc = {**result.as_dict(), "source": source, "unreachable": left, "split": split}
     if json_out:
         emit_json(doc)
     console.print(f"rollout {result.rollout_id}: [bold]{result.status}[/bold]"
                   + (f": {esc(result.reason)}" if result.reason else ""), soft_wrap=True)
+    warn_splits(split)
     if result.status in ("rolled_back", "aborted", "failed"):
         raise ProblemsFound(f"rollout {result.rollout_id} {result.status}")
     from fleet.errors import CouldNotComplete
@@ -105,6 +108,16 @@ def drive(ctx: typer.Context, matrix_path: str, source: dict[str, Any], json_out
         raise CouldNotComplete(f"rollout {result.rollout_id} {result.status} without "
                                f"{len(left)} unreachable host(s), still on whatever they ran: "
                                f"{known(left)}")
+
+
+def _split(history: Any, result: Any, db: str) -> list[dict[str, Any]]:
+    """An aborted or rolled-back rollout that leaves a pool on two releases (a paused canary's
+    earlier waves stay moved): the hosts on each, and the commands to make it whole."""
+    from fleet.cli.rollout.split import fleet_prefix, splits
+
+    if result.rollout_id is None or result.status not in ("aborted", "rolled_back", "failed"):
+        return []
+    return splits(history, result.rollout_id, fleet=fleet_prefix(db))
 
 
 def _skipped_unreachable(history: Any, rollout_id: int | None) -> list[str]:

@@ -25,7 +25,7 @@ from fleet.cli.rollout.common import (
 )
 from fleet.cli.rollout.drive import drive
 from fleet.cli.rollout.group import app
-from fleet.cli.rollout.wiring import RATE_NAMES, Saving, sim_build
+from fleet.cli.rollout.wiring import RATE_NAMES, Saving, reuse_sim_state, say_where, sim_build
 from fleet.errors import BadInput
 
 
@@ -47,7 +47,8 @@ def start_cmd(
              "simulated host; repeatable.")] = None,
     sim_state: Annotated[Path | None, typer.Option(
         "--sim-state", help="Where the simulated fleet's state is kept between commands "
-                            "(default: <db>.sim.json).")] = None,
+                            "(default: <db>.sim.json). A start finding one there goes on "
+                            "with that fleet (delete the file for a new one).")] = None,
     limit: LimitOpt = None,
     pool: PoolOpt = None,
     release: Annotated[str | None, typer.Option(
@@ -100,7 +101,9 @@ def start_cmd(
         db = settings(ctx).db
         state = sim_state or Path((db if "://" not in db else "fleet.db") + ".sim.json")
         build = sim_build(m, sim, seed, sim_spec, sim_faults, sim_slow)
-        source = {"source": "sim", "sim_state": str(state.absolute()), "build": build}
+        source = {"source": "sim", "sim_state": str(state.absolute()), "build": build,
+                  "reused": reuse_sim_state(state, m, build)}
+        say_where(db, source, dry=dry)
     if dry:
         from fleet.cli.rollout.dry import start_dry
 

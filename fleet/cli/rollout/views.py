@@ -11,6 +11,7 @@ from fleet.cli.output import console, emit_json, esc
 from fleet.cli.rollout.common import JsonFlag, no_rollout
 from fleet.cli.rollout.drive import waiting, waiting_lines
 from fleet.cli.rollout.group import app
+from fleet.cli.rollout.split import fleet_prefix, splits, warn_splits
 
 
 def _rollout_doc(history: Any, ro: Any, *, hosts: bool = False) -> dict[str, Any]:
@@ -43,14 +44,6 @@ def _rollout_doc(history: Any, ro: Any, *, hosts: bool = False) -> dict[str, Any
         index = {w.id: w.index for w in waves}
         doc["host_steps"] = [{**s.as_dict(), "wave": index.get(s.wave_id)} for s in steps]
     return doc
-
-
-def fleet_prefix(db: str) -> str:
-    """`fleet`, with the `--db` this command was given: a printed command must work as
-    printed."""
-    import shlex
-
-    return "fleet" if db == "fleet.db" else f"fleet --db {shlex.quote(db)}"
 
 
 def _advice(history: Any, ro: Any, doc: dict[str, Any], db: str) -> dict[str, Any]:
@@ -115,6 +108,8 @@ def status_cmd(ctx: typer.Context,
             raise no_rollout(history, rollout_id)
         doc = _rollout_doc(history, ro, hosts=hosts)
         doc.update(_advice(history, ro, doc, settings(ctx).db))
+        doc["split"] = (splits(history, doc["id"], fleet=fleet_prefix(settings(ctx).db))
+                        if ro.status in ("aborted", "rolled_back", "failed") else [])
     if json_out:
         emit_json(doc)
         return
@@ -139,6 +134,7 @@ def status_cmd(ctx: typer.Context,
         from fleet.cli.table import show
 
         show(_hosts_grid(doc))
+    warn_splits(doc["split"])
     if doc["reason"]:
         console.print(f"why: {doc['reason']}", markup=False, highlight=False, soft_wrap=True)
     if doc["next"]:

@@ -141,6 +141,44 @@ def sim_build(m: Matrix, sim: int | None, seed: int, sim_spec: Path | None,
             "perf": _sim_perf(sim_slow, m)}
 
 
+def reuse_sim_state(path: Path, m: Matrix, build: dict[str, Any]) -> bool:
+    """Whether a start goes on with the simulated fleet saved at `path` (docs/rollouts.md:
+    hosts persist between commands), rather than building a new one over it. A file that
+    cannot be read, or holds a fleet of another size than asked for, is refused: the choice
+    is the user's (another --sim-state, or delete the file)."""
+    if not path.exists():
+        return False
+    from fleet.sim import load_fleet
+
+    fleet = load_fleet(path, m)  # says why it cannot (unreadable, another matrix's pools)
+    have = len(fleet.hosts())
+    want = build.get("n")
+    if want is None and build.get("spec_doc"):
+        pools = (build["spec_doc"].get("pools") or {}).values()
+        want = sum(int((p or {}).get("hosts") or 0) for p in pools) or None
+    if want is not None and have != want:
+        raise BadInput.single(
+            f"the simulated fleet saved here has {have} host(s), not the {want} asked for: "
+            "give another --sim-state, or delete the file to build a new fleet",
+            file=str(path), field="--sim-state")
+    return True
+
+
+def say_where(db: str, source: dict[str, Any], *, dry: bool) -> None:
+    """A simulated run writes files: say which, before it does (stderr)."""
+    from fleet.cli.output import console
+
+    where = db if "://" in db else str(Path(db).absolute())
+    state = source["sim_state"]
+    if dry:
+        line = (f"simulated fleet: read from {state}" if source.get("reused")
+                else "simulated fleet: built in memory") + "; dry run: nothing is written"
+    else:
+        how = "going on with the one saved in" if source.get("reused") else "new, saved in"
+        line = f"simulated fleet: {how} {state}; history: {where}"
+    console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
 def wiring(m: Matrix, source: dict[str, Any], *, create: bool = False,
            build: dict[str, Any] | None = None, rollout_id: int | None = None,
            owner: Any = None) -> tuple[Any, Any, Any]:
@@ -159,12 +197,16 @@ def wiring(m: Matrix, source: dict[str, Any], *, create: bool = False,
 
         path = Path(source["sim_state"])
         recipe = build if create else source.get("build")
-        rebuild = create
+        reused = bool(source.get("reused"))  # a start that took over the fleet in the file
+        rebuild = create and not reused
         if not create:
             exists, stamp = state_owner(path)
             earlier = _stamp_id(stamp)
             if exists and (stamp is None or earlier == rollout_id):
                 pass  # this rollout's fleet (or a file saved before states were stamped)
+            elif reused and exists and (earlier is None or rollout_id is None
+                                        or earlier < rollout_id):
+                pass  # killed before its first save: the fleet it took over, unchanged
             elif recipe and (not path.exists() or (earlier is not None and rollout_id is not None
                                                   and earlier < rollout_id)):
                 rebuild = True  # killed before its first save: none of its hosts changed
