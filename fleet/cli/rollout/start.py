@@ -47,8 +47,8 @@ def start_cmd(
              "simulated host; repeatable.")] = None,
     sim_state: Annotated[Path | None, typer.Option(
         "--sim-state", help="Where the simulated fleet's state is kept between commands "
-                            "(default: <db>.sim.json). A start finding one there goes on "
-                            "with that fleet (delete the file for a new one).")] = None,
+                            "(default: <db>.sim.json). A start finding one there built from "
+                            "the same --sim options goes on with that fleet.")] = None,
     limit: LimitOpt = None,
     pool: PoolOpt = None,
     release: Annotated[str | None, typer.Option(
@@ -101,8 +101,11 @@ def start_cmd(
         db = settings(ctx).db
         state = sim_state or Path((db if "://" not in db else "fleet.db") + ".sim.json")
         build = sim_build(m, sim, seed, sim_spec, sim_faults, sim_slow)
+        why_new = reuse_sim_state(state, m, build, db)
         source = {"source": "sim", "sim_state": str(state.absolute()), "build": build,
-                  "reused": reuse_sim_state(state, m, build)}
+                  "reused": why_new is None}
+        if why_new is not None:
+            source["new_because"] = why_new
         say_where(db, source, dry=dry)
     if dry:
         from fleet.cli.rollout.dry import start_dry

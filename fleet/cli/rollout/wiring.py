@@ -141,15 +141,28 @@ def sim_build(m: Matrix, sim: int | None, seed: int, sim_spec: Path | None,
             "perf": _sim_perf(sim_slow, m)}
 
 
-def reuse_sim_state(path: Path, m: Matrix, build: dict[str, Any]) -> bool:
+def reuse_sim_state(path: Path, m: Matrix, build: dict[str, Any], db: str) -> str | None:
     """Whether a start goes on with the simulated fleet saved at `path` (docs/rollouts.md:
-    hosts persist between commands), rather than building a new one over it. A file that
-    cannot be read, or holds a fleet of another size than asked for, is refused: the choice
-    is the user's (another --sim-state, or delete the file)."""
+    hosts persist between commands) rather than build a new one: None to go on with it, else
+    why a new one is built. It goes on when the fleet there was built from the same options
+    (`--sim N --seed --sim-faults --sim-slow`, or the same `--sim-spec`), as the rollout that
+    saved it recorded, or, with no such record, when it has as many hosts as asked for."""
     if not path.exists():
-        return False
+        return "none saved there yet"
     from fleet.sim import load_fleet
+    from fleet.sim.state import state_owner
 
+    _, stamp = state_owner(path)
+    rid = _stamp_id(stamp)
+    if rid is not None and ("://" in db or Path(db).exists()):
+        from fleet.history import open_history
+        from fleet.history.rollouts import start_data
+
+        with open_history(db, create=False) as history:
+            recorded = (start_data(history, rid).get("source") or {}).get("build")
+        if recorded is not None:
+            return None if recorded == build else (
+                f"rollout {rid} saved one built with other --sim options")
     fleet = load_fleet(path, m)  # says why it cannot (unreadable, another matrix's pools)
     have = len(fleet.hosts())
     want = build.get("n")
@@ -157,11 +170,8 @@ def reuse_sim_state(path: Path, m: Matrix, build: dict[str, Any]) -> bool:
         pools = (build["spec_doc"].get("pools") or {}).values()
         want = sum(int((p or {}).get("hosts") or 0) for p in pools) or None
     if want is not None and have != want:
-        raise BadInput.single(
-            f"the simulated fleet saved here has {have} host(s), not the {want} asked for: "
-            "give another --sim-state, or delete the file to build a new fleet",
-            file=str(path), field="--sim-state")
-    return True
+        return f"the one saved there has {have} host(s), not {want}"
+    return None
 
 
 def say_where(db: str, source: dict[str, Any], *, dry: bool) -> None:
@@ -170,12 +180,14 @@ def say_where(db: str, source: dict[str, Any], *, dry: bool) -> None:
 
     where = db if "://" in db else str(Path(db).absolute())
     state = source["sim_state"]
+    new = f" ({why})" if (why := source.get("new_because")) and Path(state).exists() else ""
     if dry:
         line = (f"simulated fleet: read from {state}" if source.get("reused")
-                else "simulated fleet: built in memory") + "; dry run: nothing is written"
+                else f"simulated fleet: built in memory{new}") + "; dry run: nothing is written"
+    elif source.get("reused"):
+        line = f"simulated fleet: going on with the one saved in {state}; history: {where}"
     else:
-        how = "going on with the one saved in" if source.get("reused") else "new, saved in"
-        line = f"simulated fleet: {how} {state}; history: {where}"
+        line = f"simulated fleet: new{new}, saved in {state}; history: {where}"
     console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
