@@ -193,9 +193,9 @@ def test_rollout_refuses_what_names_no_pool(fleet, tmp_path: Path, verb: str,
 
 def test_rollout_history_counts_with_n(fleet, tmp_path: Path) -> None:
     db = str(tmp_path / "h.db")
-    for _ in range(2):
-        r = fleet("--db", db, "rollout", "start", "-m", MATRIX, "--sim", "40", "-l",
-                  "h100-canary", "--json")
+    for seed in ("0", "1"):  # another seed, another fleet: the same would go on with the first
+        r = fleet("--db", db, "rollout", "start", "-m", MATRIX, "--sim", "40", "--seed", seed,
+                  "-l", "h100-canary", "--json")
         assert r.returncode in (0, 1, 3), r.stderr
     for argv in (["-n", "1"], ["--last", "1"], ["--limit", "1"]):  # --limit: the old spelling
         r = fleet("--db", db, "rollout", "history", "--json", *argv)
