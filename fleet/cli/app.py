@@ -185,6 +185,7 @@ def run(argv: list[str] | None = None) -> None:
             emit_error(int(ExitCode.INCOMPLETE), f"internal error: {message}")
         sys.exit(int(ExitCode.INCOMPLETE))
     finally:
+        start_command(False)  # the next command in this process (tests) starts on stdout again
         # the interpreter's last collection walks every object the imports made (about 0.1 s);
         # nothing here needs it: files are closed and flushed by then, atexit handlers still run
         gc.freeze()

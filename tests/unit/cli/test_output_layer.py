@@ -174,3 +174,19 @@ def test_help_keeps_option_names_whole_at_80_columns() -> None:
     out, _ = proc.communicate(timeout=60)
     text = out.decode()
     assert proc.returncode == 0 and "--apply-quarantine" in text and "…" not in text
+
+
+def test_a_json_command_leaves_the_next_command_on_stdout(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Commands share the process in tests and embedders: `--json` routes results to stderr
+    for its own command only (an order dependency found between two test files)."""
+    from typer.testing import CliRunner
+
+    from fleet.cli.app import app
+
+    with pytest.raises(SystemExit):
+        run(["--json", "matrix", "check", str(EXAMPLE)])
+    capsys.readouterr()
+    result = CliRunner().invoke(app, ["matrix", "check", str(EXAMPLE)])
+    assert result.exit_code == 0, result.output
+    assert "ok" in result.stdout
