@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 
-from fleet.cli.output import console, emit_json, esc
+from fleet.cli.output import console, emit_json, esc, stdout
 from fleet.cli.selection import HostAlias, Limit, PoolAlias
+from fleet.cli.table import Grid, OutputOpt, show, wants_json
 from fleet.errors import BadInput, CouldNotComplete, ProblemsFound
 
 if TYPE_CHECKING:
@@ -67,11 +67,12 @@ def _summary(r: Any) -> str:
 
 
 def _report(results: list, json_out: bool, extra: dict | None = None,  # type: ignore[type-arg]
-            *, dry: bool = False) -> None:
-    if json_out:
+            *, dry: bool = False, output: str | None = None) -> None:
+    if wants_json(json_out, output):
         emit_json({**(extra or {}), "hosts": [r.as_dict() for r in results]})
         return
-    t = Table("host", "pool", "from", "to", "outcome", "changes", "note", box=None)
+    t = Grid(("host", "pool", "from", "to", "outcome", "changes", "note"),
+             prose=("changes", "note"))
     for r in results:
         style = _STYLE.get(r.outcome, "")
         note = r.error or ("reboot" if r.rebooted else "")
@@ -79,7 +80,7 @@ def _report(results: list, json_out: bool, extra: dict | None = None,  # type: i
             note += " (left drained)"
         t.add_row(esc(r.host), esc(r.pool or ""), esc(r.from_release or "?"), esc(r.to_release),
                   f"[{style}]{r.outcome}[/]", esc(_summary(r)), esc(note))
-    console.print(t)
+    show(t, output)
     if dry:
         _print_dry(results)
 
@@ -90,11 +91,11 @@ def _print_dry(results: list) -> None:  # type: ignore[type-arg]
         if r.change is None or r.outcome != "would_change":
             continue
         drain = f", drained through {r.drain_through} first" if r.drain_through else ""
-        console.print(f"\n{r.host}: {r.from_release or 'unknown release'} -> "
+        stdout.print(f"\n{r.host}: {r.from_release or 'unknown release'} -> "
                       f"{r.to_release}{drain}", markup=False, highlight=False)
         for line in r.change.lines():
-            console.print(f"  {line}", markup=False, highlight=False)
-    console.print("\ndry run: nothing was changed, drained or recorded", markup=False)
+            stdout.print(f"  {line}", markup=False, highlight=False)
+    stdout.print("\ndry run: nothing was changed, drained or recorded", markup=False)
 
 
 def _exit(results: list, *, dry: bool = False) -> None:  # type: ignore[type-arg]
@@ -135,6 +136,7 @@ def apply(
     reason: Annotated[str | None, typer.Option(
         "--reason", help="Why (recorded; required with --no-drain).")] = None,
     json_out: JsonFlag = False,
+    output: OutputOpt = None,
 ) -> None:
     """Pin a release onto hosts: exact packages, apt pin or dnf versionlock, held, verified.
 
@@ -174,7 +176,7 @@ def apply(
                             force=force, reason=reason, scheduler=sched, drain=not no_drain,
                             serial=serial,
                             on_progress=lambda h, what: status.update(esc(f"{what}: {h}")))
-    _report(results, json_out, {"release": release, "dry": dry}, dry=dry)
+    _report(results, json_out, {"release": release, "dry": dry}, dry=dry, output=output)
     _exit(results, dry=dry)
 
 
@@ -200,6 +202,7 @@ def rollback(
         "reads the hosts over SSH and the history, changes and records nothing (no "
         "confirmation asked).")] = False,
     json_out: JsonFlag = False,
+    output: OutputOpt = None,
 ) -> None:
     """Put the hosts -l selects (pools, host globs) back on their last known-good release,
     verified (incident path).
@@ -271,7 +274,7 @@ def rollback(
                                 scheduler=sched, drain=not no_drain, serial=serial,
                                 on_progress=lambda h, what: status.update(esc(f"{what}: {h}")))
     _report(results, json_out, {"reason": reason, "actor": actor, "sources": sources, "dry": dry},
-            dry=dry)
+            dry=dry, output=output)
     _exit(results, dry=dry)
 
 

@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import typer
-from rich.table import Table
 
-from fleet.cli.output import console, emit_json, esc
+from fleet.cli.output import console, emit_json, esc, stdout
 from fleet.cli.selection import Limit
+from fleet.cli.table import Grid, OutputOpt, show, wants_json
 from fleet.errors import BadInput, CouldNotComplete, Problem, ProblemsFound
 
 app = typer.Typer(help="Benchmarks (synthetic and trace replay) and the canary judge.",
@@ -66,6 +66,7 @@ def compare(
     confidence: Annotated[float, typer.Option(min=0.5, max=0.999)] = 0.95,
     seed: Annotated[int, typer.Option(help="Bootstrap seed (same inputs, same verdict).")] = 0,
     json_out: JsonFlag = False,
+    output: OutputOpt = None,
 ) -> None:
     """Judge canary samples against baseline samples, metric by metric.
 
@@ -86,15 +87,15 @@ def compare(
     c, b = load_samples(canary), load_samples(baseline)
     result = judge(c, b, specs, baseline_source="history" if history_baseline else "same-time",
                    config=JudgeConfig(confidence=confidence, seed=seed), only_specified=only)
-    if json_out:
+    if wants_json(json_out, output):
         emit_json(result.as_dict())
     else:
-        t = Table("metric", "verdict", "crit", "reason", box=None)
+        t = Grid(("metric", "verdict", "crit", "reason"), prose=("reason",))
         for m in result.metrics:
             t.add_row(esc(m.metric), f"[{_STYLE[m.verdict]}]{m.verdict}[/]",
                       "yes" if m.critical else "no", esc(m.reason.split(": ", 2)[-1]))
-        console.print(t)
-        console.print(f"[{_STYLE[result.verdict]}]{result.verdict}[/]: {esc(result.reason)}",
+        show(t, output)
+        stdout.print(f"[{_STYLE[result.verdict]}]{result.verdict}[/]: {esc(result.reason)}",
                       soft_wrap=True)
     if result.verdict == "fail":
         raise ProblemsFound("the canary fails the judge")
@@ -132,6 +133,7 @@ def run(
     out: Annotated[Path | None, typer.Option(
         "--samples-out", help="Also write the pooled samples (a `compare` input) here.")] = None,
     json_out: JsonFlag = False,
+    output: OutputOpt = None,
 ) -> None:
     """Run a benchmark suite on hosts over SSH, in parallel, and record the runs in the history.
 
@@ -174,15 +176,15 @@ def run(
             pooled.setdefault(k, []).extend(v)
     if out is not None:
         out.write_text(json.dumps(pooled, sort_keys=True) + "\n")
-    if json_out:
+    if wants_json(json_out, output):
         emit_json({"suite": suite, "hosts": [r.as_dict() for r in results]})
     else:
-        t = Table("host", "pool", "ok", "summary", box=None)
+        t = Grid(("host", "pool", "ok", "summary"), prose=("ok", "summary"))
         for r in results:
             summary = ", ".join(f"{k}={_short(v)}" for k, v in list(r.summary.items())[:8])
             t.add_row(esc(r.host), esc(r.pool or ""),
                       "yes" if r.ok else f"[red]no[/]: {esc(r.error)}", esc(summary))
-        console.print(t)
+        show(t, output)
     failed = [r.host for r in results if not r.ok]
     if failed:
         raise CouldNotComplete(f"no usable benchmark from {len(failed)} host(s): "

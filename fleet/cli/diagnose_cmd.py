@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from fleet.cli.output import console, emit_json, esc
+from fleet.cli.output import console, emit_json, esc, stdout
 from fleet.errors import CouldNotComplete, ProblemsFound
 
 if TYPE_CHECKING:
@@ -66,23 +66,23 @@ def _report(result: DiagnoseResult, json_out: bool) -> None:
 def _print_human(result: DiagnoseResult) -> None:
     d = result.diagnosis
     style = "green" if d.verdict == "healthy" else "red"
-    console.print(f"{esc(result.target)} ({result.mode}): verdict [{style}]{d.verdict}[/]",
+    stdout.print(f"{esc(result.target)} ({result.mode}): verdict [{style}]{d.verdict}[/]",
                   soft_wrap=True)
     for f in d.findings:
-        console.print(f"  [{_STYLE[f.severity]}]{f.severity}[/] {f.cls}: {esc(f.summary)}",
+        stdout.print(f"  [{_STYLE[f.severity]}]{f.severity}[/] {f.cls}: {esc(f.summary)}",
                       soft_wrap=True)
         nums = ", ".join(f"{k}={v}" for k, v in f.evidence.items() if v is not None)
-        console.print(f"      evidence: {esc(nums)}", soft_wrap=True, style="dim")
-        console.print(f"      next: {esc(f.next)}", soft_wrap=True)
-        console.print(f"      fix:  {esc(f.remediation)}", soft_wrap=True)
+        stdout.print(f"      evidence: {esc(nums)}", soft_wrap=True, style="dim")
+        stdout.print(f"      next: {esc(f.next)}", soft_wrap=True)
+        stdout.print(f"      fix:  {esc(f.remediation)}", soft_wrap=True)
     ok = [a.cls for a in d.answers if a.status == "ok"]
     if ok:
-        console.print(f"  [green]ok[/]: {', '.join(ok)}", soft_wrap=True)
+        stdout.print(f"  [green]ok[/]: {', '.join(ok)}", soft_wrap=True)
     unjudged = [a for a in d.answers if a.status == "could_not_judge"]
     if unjudged:
-        console.print("  could not judge:", style="dim")
+        stdout.print("  could not judge:", style="dim")
         for a in unjudged:
-            console.print(f"    {a.cls}: {esc(a.reason or '')}", soft_wrap=True, style="dim")
+            stdout.print(f"    {a.cls}: {esc(a.reason or '')}", soft_wrap=True, style="dim")
 
 
 @app.command("collect")
@@ -112,7 +112,7 @@ def collect(
         emit_json({"host": host, "output": str(output), "seconds": seconds,
                    "files": [p.name for p in written]})
     else:
-        console.print(f"{esc(host)}: {len(written)} file(s) in {esc(output)}: "
+        stdout.print(f"{esc(host)}: {len(written)} file(s) in {esc(output)}: "
                       + esc(", ".join(p.name for p in written)), soft_wrap=True)
     if not written:
         raise CouldNotComplete(f"{host}: nothing collected")

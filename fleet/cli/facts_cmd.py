@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
 
-from fleet.cli.output import console, emit_json, esc
+from fleet.cli.output import emit_json, esc, stdout
+from fleet.cli.table import Grid, show
 from fleet.errors import BadInput, Problem, ProblemsFound
 
 if TYPE_CHECKING:  # pydantic models: imported by the commands that parse a capture
@@ -29,12 +29,12 @@ _STYLE = {"fail": "red", "warn": "yellow", "ok": "green"}
 
 def print_findings(findings: list[Finding]) -> None:
     if not findings:
-        console.print("[green]no findings[/green]")
+        stdout.print("[green]no findings[/green]")
         return
     for f in findings:
         style = _STYLE[f.severity]
         gpu = f" {esc(f'[{f.gpu}]')}" if f.gpu else ""
-        console.print(
+        stdout.print(
             f"[{style}]{f.severity.value:4}[/{style}] {esc(f.check)}{gpu}: {esc(f.message)} "
             f"[dim](remediation: {esc(f.remediation)})[/dim]",
             soft_wrap=True,
@@ -43,24 +43,13 @@ def print_findings(findings: list[Finding]) -> None:
 
 def print_facts(facts: HostFacts) -> None:
     v = facts.versions
-    console.print(
+    stdout.print(
         f"[bold]{esc(facts.input_file or facts.identity and facts.identity.hostname)}[/bold] "
         f"source={facts.source} driver={esc(v.driver_library or v.driver_kernel_module)} "
         f"cuda={esc(v.cuda_driver_api)} gpus={len(facts.gpus)}"
     )
-    t = Table(
-        "idx",
-        "name",
-        "pci",
-        "pcie",
-        "temp",
-        "power",
-        "ecc unc (vol/agg)",
-        "remap",
-        "mig",
-        "pm",
-        box=None,
-    )
+    t = Grid(("idx", "name", "pci", "pcie", "temp", "power", "ecc unc (vol/agg)", "remap",
+              "mig", "pm"))
     for g in facts.gpus:
         remap = (
             "-"
@@ -85,7 +74,7 @@ def print_facts(facts: HostFacts) -> None:
             str(g.mig_mode_current),
             str(g.persistence_mode),
         )
-    console.print(t)
+    show(t)
 
 
 @app.command("parse")
@@ -259,7 +248,7 @@ def import_(
         emit_json({"imported": out})
     else:
         for item in out:
-            console.print(f"{item['file']}: host {item['host']}, {item['gpus']} GPU(s), "
+            stdout.print(f"{item['file']}: host {item['host']}, {item['gpus']} GPU(s), "
                           f"snapshot {item['snapshot']}, worst finding {item['worst']}",
                           markup=False)
     failed = [str(i["host"]) for i in out if i["worst"] == Severity.FAIL.value]

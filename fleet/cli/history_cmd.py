@@ -6,11 +6,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 
-from fleet.cli.output import console, emit_json, esc
+from fleet.cli.output import emit_json, esc, stdout
 from fleet.cli.selection import LIMIT_HELP, HostAlias, Limit, PoolAlias
 from fleet.cli.selection import check as check_selectors
+from fleet.cli.table import Grid, OutputOpt, show, wants_json
 from fleet.errors import BadInput
 
 if TYPE_CHECKING:  # the history layer (SQLAlchemy, Alembic) loads inside the commands
@@ -58,10 +58,10 @@ def migrate(ctx: typer.Context, json: JsonFlag = False) -> None:
         emit_json({"db": where, "before": before, "after": after, "changed": changed,
                    "head": head_revision()})
     elif changed:
-        console.print(f"history {where}: upgraded {before or 'empty'} -> {after}",
+        stdout.print(f"history {where}: upgraded {before or 'empty'} -> {after}",
                       markup=False)
     else:
-        console.print(f"history {where}: already at {after} (latest {head_revision()})",
+        stdout.print(f"history {where}: already at {after} (latest {head_revision()})",
                       markup=False)
 
 
@@ -84,6 +84,7 @@ def events(
     pool: PoolAlias = None,
     host: HostAlias = None,
     json: JsonFlag = False,
+    output: OutputOpt = None,
 ) -> None:
     """The event log, newest first: who did what, when and why (-l: about these hosts, or
     their pools)."""
@@ -101,17 +102,17 @@ def events(
     with _open_existing(ctx) as h:
         subjects = _subjects(h, selectors) if selectors else None
         rows = list_events(h, limit=last, kind=kind, subjects=subjects)
-    if json:
+    if wants_json(json, output):
         emit_json({"events": [event_dict(e) for e in rows]})
         return
     if not rows:
-        console.print("no events")
+        stdout.print("no events")
         return
-    table = Table("at (UTC)", "actor", "kind", "subject", "message", box=None)
+    table = Grid(("at (UTC)", "actor", "kind", "subject", "message"), prose=("message",))
     for e in rows:
         table.add_row(e.at.strftime("%Y-%m-%d %H:%M:%S"), esc(e.actor), esc(e.kind),
                       esc(e.subject), esc(e.message))
-    console.print(table)
+    show(table, output)
 
 
 def _subjects(h: History, selectors: list[tuple[str, str]]) -> list[str]:
@@ -132,6 +133,7 @@ def hosts(
     limit: Limit = None,
     pool: PoolAlias = None,
     json: JsonFlag = False,
+    output: OutputOpt = None,
 ) -> None:
     """Every host the history knows, by pool (exit 2 when a --limit value matches none)."""
     from fleet.cli.selection import given, values
@@ -146,17 +148,17 @@ def hosts(
     check_selectors(selectors, refs)
     chosen = {r.name for r in select(values(selectors), refs)}
     rows = [x for x in rows if x.name in chosen]
-    if json:
+    if wants_json(json, output):
         emit_json({"hosts": [host_dict(x) for x in rows]})
         return
     if not rows:
-        console.print("no hosts")
+        stdout.print("no hosts")
         return
-    table = Table("host", "pool", "gpus", "model", "last seen (UTC)", box=None)
+    table = Grid(("host", "pool", "gpus", "model", "last seen (UTC)"))
     for x in rows:
         table.add_row(esc(x.name), esc(x.pool), str(x.gpu_count), esc(x.gpu_model or "-"),
                       x.last_seen.strftime("%Y-%m-%d %H:%M:%S"))
-    console.print(table)
+    show(table, output)
 
 
 def _option_of(loc: tuple[int | str, ...]) -> str:
@@ -220,14 +222,14 @@ def prune(
         return
     verb = "would fold" if dry else "folded"
     keep = "forever" if policy.rollup_weeks is None else f"{policy.rollup_weeks} weeks"
-    console.print(
+    stdout.print(
         f"history {where}: raw samples kept {policy.raw_weeks} weeks (up to "
         f"{result.raw_cutoff:%Y-%m-%d %H:%M} UTC rolled up), weekly rollups kept {keep}",
         markup=False)
     if not result.changed:
-        console.print("nothing to prune", markup=False)
+        stdout.print("nothing to prune", markup=False)
         return
-    console.print(
+    stdout.print(
         f"{verb} {result.samples_rolled_up} sample(s) into {result.rollups_added} new and "
         f"{result.rollups_merged} existing weekly rollup(s); "
         f"{'would expire' if dry else 'expired'} {result.rollups_expired} rollup(s); "

@@ -19,7 +19,7 @@ from typing import Annotated, Any
 import typer
 
 from fleet.cli.hosts_view import view
-from fleet.cli.output import console, emit_json
+from fleet.cli.output import console, emit_json, stdout
 from fleet.errors import BadInput, CouldNotComplete
 
 app = typer.Typer(help="The fleet view (`fleet hosts`), and host identities: trust a host's "
@@ -86,7 +86,7 @@ def trust(
             if history is not None and result.action in ("added", "replaced"):
                 _record(history, result, datetime.now(UTC))
             done.append(result.as_dict())
-            console.print(f"{h.name} ({result.entry}): {result.action} {result.key_type} "
+            stdout.print(f"{h.name} ({result.entry}): {result.action} {result.key_type} "
                           f"{result.fingerprint} in {result.known_hosts}"
                           + (f" (was {', '.join(result.previous)})" if result.previous else ""),
                           markup=False)

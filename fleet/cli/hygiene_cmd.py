@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import typer
-from rich.table import Table
 
-from fleet.cli.output import console, emit_json, esc
+from fleet.cli.output import console, emit_json, esc, stdout
 from fleet.cli.selection import Limit, PoolAlias
+from fleet.cli.table import Grid, OutputOpt, show, wants_json
 from fleet.errors import BadInput, Problem, ProblemsFound
 
 app = typer.Typer(help="The weekly hygiene job: drift audit, error trends, quarantine, reports.",
@@ -78,6 +78,7 @@ def run(
     partition: Annotated[str | None, typer.Option(
         "--partition", help="Slurm partition to probe with --via slurm.")] = None,
     json_out: JsonFlag = False,
+    output: OutputOpt = None,
 ) -> None:
     """Probe every host, audit drift (fails closed), read error trends, propose (or apply)
     quarantine behind a circuit breaker, benchmark each pool, and write the reports."""
@@ -152,10 +153,10 @@ def run(
         paths = write_reports(data, report_dir or prom_file.parent,  # type: ignore[union-attr]
                               prom_path=prom_file)
         console.print("reports: " + ", ".join(str(p) for p in paths.values()), markup=False)
-    if json_out:
+    if wants_json(json_out, output):
         emit_json(data)
     else:
-        _print_human(data)
+        _print_human(data, output)
     problems = report.problems()
     if problems:
         raise ProblemsFound(f"{len(problems)} problem(s): " + "; ".join(problems[:5])
@@ -211,33 +212,33 @@ def _check_bench_options(bench_samples: int | None, diag_level: int | None) -> N
                               f"{bench_samples}", field="--bench-samples")
 
 
-def _print_human(data: dict[str, Any]) -> None:
+def _print_human(data: dict[str, Any], output: str | None = None) -> None:
     s = data["summary"]
     d = s["drift"]
-    console.print(f"hosts {d['hosts']}: conformant {d['conformant']}, non-conformant "
+    stdout.print(f"hosts {d['hosts']}: conformant {d['conformant']}, non-conformant "
                   f"{d['non_conformant']} (unreachable {d['unreachable']})")
     bad = [x for x in data["drift"] if not x["conformant"]]
     if bad:
-        t = Table("host", "pool", "differences", box=None, title="drift")
+        t = Grid(("host", "pool", "differences"), title="drift", prose=("differences",))
         for x in bad:
             t.add_row(esc(x["host"]), esc(x["pool"] or ""),
                       esc("\n".join(y["text"] for y in x["differences"])))
-        console.print(t)
+        show(t, output)
     flagged = data["trends"]["flagged"]
     if flagged:
-        t = Table("host", "gpu", "severity", "flags", box=None, title="trends")
+        t = Grid(("host", "gpu", "severity", "flags"), title="trends", prose=("flags",))
         for g in flagged[:30]:
             t.add_row(esc(g["host"]), str(g["gpu_index"]), esc(g["severity"]),
                       esc("\n".join(f["message"] for f in g["flags"])))
-        console.print(t)
+        show(t, output)
     q = data["quarantine"]
     for p in q["proposals"]:
-        console.print(f"quarantine {p['decision']}: {p['host']} ({p['pool']}): "
+        stdout.print(f"quarantine {p['decision']}: {p['host']} ({p['pool']}): "
                       + "; ".join(p["reasons"]), markup=False)
     for a in q["alerts"]:
-        console.print(f"[red]ALERT[/red]: {esc(a)}")
+        stdout.print(f"[red]ALERT[/red]: {esc(a)}")
     for b in data["benchmarks"]:
-        console.print(f"benchmark {b['pool']}: {b['verdict']}{_samples_text(b)} {b['reason']}",
+        stdout.print(f"benchmark {b['pool']}: {b['verdict']}{_samples_text(b)} {b['reason']}",
                       markup=False)
 
 

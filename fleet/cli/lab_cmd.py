@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from fleet.cli.lazy import lazy_module
-from fleet.cli.output import console, emit_json
+from fleet.cli.output import console, emit_json, stdout
+from fleet.cli.table import Grid, OutputOpt, show, wants_json
 from fleet.errors import BadInput
 from fleet.lab import faults as F
 from fleet.lab.paths import LabPaths
@@ -129,18 +129,18 @@ def up_cmd(
                    "os": {h.name: h.os for h in state.hosts},
                    "inventory": "inventories/lab.py", "slurm_conf": state.slurm_conf})
         return
-    console.print(
+    stdout.print(
         f"[green]lab up[/green]: {len(state.hosts)} hosts ({state.mode}), release "
         f"{state.release or 'none'}; inventory: inventories/lab.py "
         f"(FLEET_LAB_DIR={paths.run})"
     )
     if state.slurm_conf:
         parts = ",".join(dict.fromkeys([h.pool for h in state.hosts] + ["lab"]))
-        console.print(
+        stdout.print(
             f"Slurm: nodes {','.join(h.name for h in state.hosts)}, partitions {parts}; "
             "for sinfo, squeue, sbatch, srun and scontrol:"
         )
-        print(f"export SLURM_CONF={state.slurm_conf}")
+        stdout.print(f"export SLURM_CONF={state.slurm_conf}", markup=False, soft_wrap=True)
 
 
 @app.command("down")
@@ -157,22 +157,23 @@ def down_cmd(json_out: JsonFlag = False) -> None:
     if json_out:
         emit_json({"down": True, "left": []})
         return
-    console.print("lab down: nothing left")
+    stdout.print("lab down: nothing left")
 
 
 @app.command("status")
-def status_cmd(json_: JsonFlag = False) -> None:
+def status_cmd(json_: JsonFlag = False, output: OutputOpt = None) -> None:
     """Hosts, their boot, loaded and pending driver module, packages and injected faults."""
+    from fleet.cli.output import esc
+
     st = lab.status(LabPaths.from_env())
-    if json_:
+    if wants_json(json_, output):
         emit_json(st)
         return
-    t = Table(title=f"lab ({st['mode']}, {'up' if st['up'] else 'DOWN'})")
     cols = ["host", "address", "pool", "gpus", "ssh", "module", "pending", "faults"]
-    for col in cols + (["slurm"] if st["slurm_conf"] else []):
-        t.add_column(col)
+    t = Grid(cols + (["slurm"] if st["slurm_conf"] else []),
+             title=f"lab ({st['mode']}, {'up' if st['up'] else 'DOWN'})")
     for h in st["hosts"]:
-        t.add_row(
+        t.add_row(*map(esc, (
             h["name"],
             h["address"],
             f"{h['pool']} ({h['wave']})" if h.get("wave") else h["pool"],
@@ -182,10 +183,10 @@ def status_cmd(json_: JsonFlag = False) -> None:
             h["module_pending"] or "-",
             ",".join(h["faults"]) or "-",
             *([h["slurm_state"] or "?"] if st["slurm_conf"] else []),
-        )
-    console.print(t)
+        )))
+    show(t, output)
     if st["slurm_conf"]:
-        console.print(f"export SLURM_CONF={st['slurm_conf']}", soft_wrap=True)
+        stdout.print(f"export SLURM_CONF={st['slurm_conf']}", soft_wrap=True)
 
 
 @app.command("inject")
@@ -201,7 +202,7 @@ def inject_cmd(
     if json_out:
         emit_json({"host": host, "injected": [f.name for f in done]})
         return
-    console.print(f"{host}: injected " + ", ".join(f.name for f in done), markup=False)
+    stdout.print(f"{host}: injected " + ", ".join(f.name for f in done), markup=False)
 
 
 @app.command("faults")
@@ -213,7 +214,7 @@ def faults_cmd(json_out: JsonFlag = False) -> None:
         return
     for name, (params, text) in F.FAULTS.items():
         p = ",".join(f"{k}={v}" for k, v in params.items())
-        console.print(f"{name}{':' + p if p else ''}  {text}", soft_wrap=True, markup=False)
+        stdout.print(f"{name}{':' + p if p else ''}  {text}", soft_wrap=True, markup=False)
 
 
 @app.command("reset")
@@ -225,7 +226,7 @@ def reset_cmd(host: Annotated[str, typer.Argument(help="Host name.")],
     if json_out:
         emit_json({"host": host, "reset": True})
         return
-    console.print(f"{host}: reset", markup=False)
+    stdout.print(f"{host}: reset", markup=False)
 
 
 @app.command("reboot")
@@ -236,6 +237,6 @@ def reboot_cmd(host: Annotated[str, typer.Argument(help="Host name.")],
     if json_out:
         emit_json({"host": host, "boot_id": info.get("boot_id"), "module": info.get("module")})
         return
-    console.print(
+    stdout.print(
         f"{host}: booted, boot id {info.get('boot_id')}, module {info.get('module') or 'none'}",
         markup=False)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from fleet.cli.facts_cmd import print_findings
-from fleet.cli.output import console, emit_json, esc
+from fleet.cli.output import emit_json, esc, stdout
 from fleet.errors import BadInput, CouldNotComplete, ProblemsFound
 
 if TYPE_CHECKING:  # pydantic models: imported when a log is parsed
@@ -67,12 +67,12 @@ def parse(
     else:
         for e in events:
             what = f"Xid {e.xid}" if e.kind == "xid" else e.kind
-            console.print(
+            stdout.print(
                 f"{esc(name)}:{e.line}: {what} {esc(e.pci or '-')} {e.severity or ''}  "
                 f"[dim]{esc(e.text[:120])}[/dim]",
                 soft_wrap=True,
             )
-        console.print(f"{len(events)} event(s)")
+        stdout.print(f"{len(events)} event(s)")
         print_findings(findings)
     if worst(findings) is Severity.FAIL:
         raise ProblemsFound(f"{name}: failing findings")

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from fleet.cli.output import console, emit_json, esc
+from fleet.cli.output import emit_json, esc, stdout
 from fleet.errors import BadInput, CouldNotComplete, ProblemsFound
 
 if TYPE_CHECKING:
@@ -107,7 +107,7 @@ def node_check(
 
 
 def _print_human(r: NodeCheckResult) -> None:
-    console.print(f"{r.node}: {r.expect_note or 'no facts'}; "
+    stdout.print(f"{r.node}: {r.expect_note or 'no facts'}; "
                   f"source {r.facts.source if r.facts else '-'}, "
                   f"{len(r.facts.gpus) if r.facts else '-'} GPU(s), {r.seconds:.2f} s",
                   markup=False)
@@ -115,14 +115,14 @@ def _print_human(r: NodeCheckResult) -> None:
         if f.severity.value == "ok":
             continue
         sev = f.severity.value
-        console.print(f"  [{_STYLE[sev]}]{sev}[/] {esc(f.check)}: {esc(f.message)}",
+        stdout.print(f"  [{_STYLE[sev]}]{sev}[/] {esc(f.check)}: {esc(f.message)}",
                       soft_wrap=True)
     if r.drain.action != "none":
-        console.print(f"  drain: {r.drain.action}: {r.drain.detail}"
+        stdout.print(f"  drain: {r.drain.action}: {r.drain.detail}"
                       + (f" [{r.drain.reason}]" if r.drain.reason else ""), soft_wrap=True,
                       markup=False)
     if not r.failing and r.error is None:
-        console.print("  [green]ok[/]")
+        stdout.print("  [green]ok[/]")
 
 
 def register(app: typer.Typer) -> None:

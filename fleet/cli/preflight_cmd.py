@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from fleet.cli.output import console, emit_json
+from fleet.cli.output import console, emit_json, stdout
 from fleet.errors import BadInput, CouldNotComplete, Problem, ProblemsFound
 
 
@@ -100,7 +100,7 @@ def preflight(
     if json_out:
         emit_json(report)
     # the standalone file's own text (docs/preflight.md: the same code, the same messages)
-    console.print(pf.render(report), markup=False, highlight=False, soft_wrap=True)
+    stdout.print(pf.render(report), markup=False, highlight=False, soft_wrap=True)
     if report["status"] == pf.FAIL:
         raise ProblemsFound(pf.summary_line(report))
     if report["status"] != pf.PASS:

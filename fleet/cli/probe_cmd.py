@@ -8,13 +8,12 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
-from fleet.cli.output import console, emit_json, esc, working
+from fleet.cli.output import emit_json, esc, stdout, working
 from fleet.cli.selection import HostAlias, Limit, PoolAlias
+from fleet.cli.table import Grid, OutputOpt, show, wants_json
 from fleet.errors import BadInput, CouldNotComplete, ProblemsFound
 
 if TYPE_CHECKING:
-    from rich.table import Table
-
     from fleet.domain.matrix.models import Matrix
     from fleet.history import History
 
@@ -29,10 +28,9 @@ _STYLE = {"fail": "red", "warn": "yellow", "ok": "green"}
 _RANK = {"fail": 0, "warn": 1, "ok": 2}
 
 
-def _findings_table(rows: list[dict[str, object]]) -> Table:
-    from rich.table import Table
-
-    t = Table("host", "severity", "check", "gpu", "remediation", "message", box=None)
+def _findings_table(rows: list[dict[str, object]]) -> Grid:
+    t = Grid(("host", "severity", "check", "gpu", "remediation", "message"),
+             prose=("remediation", "message"))
     for r in rows:
         sev = str(r["severity"])
         t.add_row(esc(r["host"]), f"[{_STYLE.get(sev, '')}]{esc(sev)}[/]", esc(r["check"]),
@@ -56,6 +54,7 @@ def probe(
         "--partition", help="Slurm partition to probe with --via slurm (its nodes that "
         "are in the inventory).")] = None,
     json_out: JsonFlag = False,
+    output: OutputOpt = None,
 ) -> None:
     """Probe hosts in parallel over SSH (or with one srun) and record facts, counters and
     findings.
@@ -105,12 +104,11 @@ def probe(
                 if isinstance(exc, SlurmUnavailable):
                     raise CouldNotComplete(str(exc)) from exc
             raise
-    if json_out:
+    if wants_json(json_out, output):
         emit_json({"hosts": [r.as_dict() for r in results]})
     else:
-        from rich.table import Table
-
-        t = Table("host", "pool", "reachable", "source", "driver", "gpus", "worst", box=None)
+        t = Grid(("host", "pool", "reachable", "source", "driver", "gpus", "worst"),
+                 prose=("reachable",))
         for r in results:
             worst = min((f.severity.value for f in r.findings),
                         key=lambda s: _RANK.get(s, 3), default="ok")
@@ -119,7 +117,7 @@ def probe(
                       r.facts.source if r.facts else "", esc(r.facts.versions.driver_library or "")
                       if r.facts else "", str(len(r.facts.gpus)) if r.facts else "",
                       f"[{_STYLE[worst]}]{worst}[/]")
-        console.print(t)
+        show(t, output)
     failed_probe = [r.host for r in results if r.facts is None]
     if failed_probe:
         raise CouldNotComplete(f"could not probe {len(failed_probe)} host(s): "
@@ -138,6 +136,7 @@ def check(
     host: HostAlias = None,
     show_ok: Annotated[bool, typer.Option("--all", help="Also list ok findings.")] = False,
     json_out: JsonFlag = False,
+    output: OutputOpt = None,
 ) -> None:
     """Findings of each host's latest probe, most severe first, with their remediation.
 
@@ -175,24 +174,25 @@ def check(
         out_of_service = _out_of_service(history, scope)
     rows.sort(key=lambda r: (_RANK.get(str(r["severity"]), 3), str(r["host"])))
     unprobed = [name for name in scope if name not in probed]
-    if json_out:
+    if wants_json(json_out, output):
         emit_json({"findings": rows, "unreachable": unreachable, "unprobed": unprobed,
                    **out_of_service})
     elif rows:
-        console.print(_findings_table(rows))
+        show(_findings_table(rows), output)
     elif not unreachable and not unprobed:
-        console.print("[green]no findings[/green] in the latest probes")
-    if not json_out and (out_of_service["quarantined"] or out_of_service["drained"]):
-        console.print(f"[yellow]out of service[/yellow]: {len(out_of_service['quarantined'])} "
-                      f"host(s) quarantined, {len(out_of_service['drained'])} drained "
-                      "(`fleet hosts --quarantined`, `fleet hosts --drained`)", soft_wrap=True)
+        stdout.print("[green]no findings[/green] in the latest probes")
+    if not wants_json(json_out, output) and (out_of_service["quarantined"]
+                                             or out_of_service["drained"]):
+        stdout.print(f"[yellow]out of service[/yellow]: {len(out_of_service['quarantined'])} "
+                     f"host(s) quarantined, {len(out_of_service['drained'])} drained "
+                     "(`fleet hosts --quarantined`, `fleet hosts --drained`)", soft_wrap=True)
     lost = []
     if unreachable:
         lost.append(f"latest probe could not reach: {', '.join(unreachable)}")
     if unprobed:
         from fleet.domain.selection import known
 
-        lost.append(f"never probed (run `fleet probe`): {known(unprobed)}")
+        lost.append(f"never probed (run `fleet probe -i INVENTORY`): {known(unprobed)}")
     if lost:
         raise CouldNotComplete("; ".join(lost))
     if any(r["severity"] == "fail" for r in rows):

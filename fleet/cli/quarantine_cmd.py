@@ -12,10 +12,10 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
-from fleet.cli.output import console, emit_json, esc
+from fleet.cli.output import emit_json, esc, stdout
 from fleet.cli.selection import HostAlias, Limit, PoolAlias
+from fleet.cli.table import Grid, OutputOpt, show, wants_json
 from fleet.errors import BadInput, CouldNotComplete
 
 app = typer.Typer(help="Hosts in quarantine: list them, release one.", no_args_is_help=True)
@@ -37,6 +37,7 @@ def list_cmd(
     pool: PoolAlias = None,
     host: HostAlias = None,
     json_out: JsonFlag = False,
+    output: OutputOpt = None,
 ) -> None:
     """Hosts in quarantine (open ones unless --all): why, since when, by whom (-l: of these
     pools or hosts only)."""
@@ -55,17 +56,17 @@ def list_cmd(
         {"host": h.name, "pool": h.pool, "reason": q.reason, "opened_at": q.opened_at,
          "opened_by": q.opened_by, "closed_at": q.closed_at, "closed_by": q.closed_by,
          "close_reason": q.close_reason} for q, h in rows]
-    if json_out:
+    if wants_json(json_out, output):
         emit_json({"quarantines": items})
         return
     if not items:
-        console.print("no host in quarantine")
+        stdout.print("no host in quarantine")
         return
-    t = Table("host", "pool", "since", "by", "reason", box=None)
+    t = Grid(("host", "pool", "since", "by", "reason"), prose=("reason",))
     for i in items:
         t.add_row(esc(i["host"]), esc(i["pool"]), i["opened_at"].isoformat(timespec="minutes"),
                   esc(i["opened_by"]), esc(i["reason"]))
-    console.print(t)
+    show(t, output)
 
 
 @app.command()
@@ -118,7 +119,7 @@ def release(
     if json_out:
         emit_json({"host": host, "released": True, "action": action, "scheduler": name})
     else:
-        console.print(f"{host}: quarantine closed ({action})", markup=False)
+        stdout.print(f"{host}: quarantine closed ({action})", markup=False)
 
 
 def _release_scheduler(host: str, recorded: str | None, drained_by_fleet: bool,

@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
-    from rich.console import Console
+    from rich.console import Console, RenderableType
+    from rich.table import Table
     from rich.text import Text
 
 
@@ -99,7 +100,7 @@ def plain(cell: str) -> str:
         else text
 
 
-def _rich_table(grid: Grid, *, fold: bool) -> object:
+def _rich_table(grid: Grid, *, fold: bool) -> Table:
     from rich.table import Table
 
     t = Table(box=None)  # the title is a line of its own (`show`): rich would wrap it
@@ -109,6 +110,14 @@ def _rich_table(grid: Grid, *, fold: bool) -> object:
     for row in grid.rows:
         t.add_row(*(_text(cell) for cell in row))
     return t
+
+
+def renderable(grid: Grid) -> RenderableType:
+    """`grid` as a rich renderable for a live display (names whole, prose wrapping)."""
+    from rich.console import Group
+
+    table = _rich_table(grid, fold=True)
+    return Group(_text(grid.title), table) if grid.title else table
 
 
 def _tsv(grid: Grid) -> str:
@@ -126,7 +135,7 @@ def _widths(console: Console, grid: Grid) -> tuple[int, int]:
     from rich.measure import Measurement
 
     natural = Measurement.get(console, console.options.update(width=1 << 20),
-                              _rich_table(grid, fold=False)).maximum  # type: ignore[arg-type]
+                              _rich_table(grid, fold=False)).maximum
     cells = 0
     least = 0
     for i, c in enumerate(grid.columns):
@@ -142,7 +151,7 @@ def _one_line_each(console: Console, grid: Grid, width: int) -> None:
     """Print `grid` at `width`, past the console's own width (a pipe's 80 columns)."""
     from rich.segment import Segment, Segments
 
-    lines = console.render_lines(_rich_table(grid, fold=False),  # type: ignore[arg-type]
+    lines = console.render_lines(_rich_table(grid, fold=False),
                                  console.options.update(width=width), pad=False)
     segments: list[Segment] = []
     for line in lines:  # no trailing padding: a pipe's lines end where their text does
@@ -215,4 +224,5 @@ def show_all(grids: Sequence[Grid], output: Format | str | None = None,
         show(g, output, console)
 
 
-__all__ = ["Format", "Grid", "OutputOpt", "plain", "show", "show_all", "wants_json"]
+__all__ = ["Format", "Grid", "OutputOpt", "plain", "renderable", "show", "show_all",
+           "wants_json"]

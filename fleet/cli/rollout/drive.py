@@ -8,24 +8,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.table import Table
 
-from fleet.cli.output import console, emit_json, esc
+from fleet.cli.output import console, emit_json, esc, stdout
 from fleet.cli.rollout.common import now
 from fleet.cli.rollout.split import warn_splits
 from fleet.cli.rollout.wiring import wiring
+from fleet.cli.table import Grid, renderable, show
 from fleet.errors import ProblemsFound
 
 if TYPE_CHECKING:  # pydantic models: imported by the commands that load a matrix
     from fleet.domain.matrix.models import Matrix
 
 
-def wave_table(engine: Any) -> Any:
-    from rich.console import Group
-    from rich.text import Text
-
-    t = Table("wave", "pool", "hosts", "status", "verdict", "host states", "gate",
-              box=None, title=f"rollout {engine.rid}")
+def wave_grid(engine: Any) -> Grid:
+    t = Grid(("wave", "pool", "hosts", "status", "verdict", "host states", "gate"),
+             title=f"rollout {engine.rid}")
     for w in engine._view_waves():
         gate = w.get("gate") or {}
         bench = gate.get("benchmark") or {}
@@ -36,8 +33,23 @@ def wave_table(engine: Any) -> Any:
         t.add_row(str(w["index"]), esc(w["pool"]), str(w["hosts"]), w["status"],
                   f"[{colour}]{w['verdict'] or ''}[/]",
                   ", ".join(f"{n} {s}" for s, n in w["states"].items()), shown)
+    return t
+
+
+def wave_table(engine: Any) -> Any:
+    """The live view of the waves (stderr, on a terminal), with the hosts whose drain waits."""
+    from rich.console import Group
+    from rich.text import Text
+
     lines = waiting_lines(waiting(engine.steps.values()))
-    return Group(t, *(Text(line) for line in lines)) if lines else t
+    return Group(renderable(wave_grid(engine)), *(Text(line) for line in lines))
+
+
+def show_waves(engine: Any) -> None:
+    """The waves as the operation left them: a result, on stdout."""
+    show(wave_grid(engine))
+    for line in waiting_lines(waiting(engine.steps.values())):
+        stdout.print(line, markup=False, highlight=False)
 
 
 def drive(ctx: typer.Context, matrix_path: str, source: dict[str, Any], json_out: bool,
@@ -76,22 +88,21 @@ def drive(ctx: typer.Context, matrix_path: str, source: dict[str, Any], json_out
                                options=opts, on_progress=progress)
         made.append(engine)
         if console.is_terminal:
-            live = Live(console=console, refresh_per_second=5, transient=False)
+            live = Live(console=console, refresh_per_second=5, transient=True)
             live.start()
         try:
             result = action(engine)
         finally:
             if live is not None:
-                live.update(wave_table(engine))
                 live.stop()
         left = _skipped_unreachable(history, result.rollout_id)
         split = _split(history, result, settings(ctx).db)
-    if live is None and result.rollout_id is not None:
-        console.print(wave_table(engine))
+    if result.rollout_id is not None:  # the live view was progress, and is gone
+        show_waves(engine)
     doc = {**result.as_dict(), "source": source, "unreachable": left, "split": split}
     if json_out:
         emit_json(doc)
-    console.print(f"rollout {result.rollout_id}: [bold]{result.status}[/bold]"
+    stdout.print(f"rollout {result.rollout_id}: [bold]{result.status}[/bold]"
                   + (f": {esc(result.reason)}" if result.reason else ""), soft_wrap=True)
     warn_splits(split)
     if result.status in ("rolled_back", "aborted", "failed"):

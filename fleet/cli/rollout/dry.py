@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from fleet.cli.output import console, emit_json
+from fleet.cli.output import emit_json
+from fleet.cli.output import stdout as console
 from fleet.cli.rollout.common import check_pools, from_history, now
 from fleet.cli.rollout.wiring import Saving, wiring
 

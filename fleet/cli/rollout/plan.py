@@ -21,9 +21,9 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.table import Table
 
-from fleet.cli.output import console, emit_json, esc
+from fleet.cli.output import emit_json, esc
+from fleet.cli.output import stdout as console
 from fleet.cli.rollout.common import (
     InventoryOpt,
     JsonFlag,
@@ -42,6 +42,7 @@ from fleet.cli.rollout.common import (
     selected_pools,
 )
 from fleet.cli.rollout.group import app
+from fleet.cli.table import Grid, OutputOpt, show, wants_json
 from fleet.errors import BadInput, ProblemsFound
 
 if TYPE_CHECKING:  # pydantic models: imported when a plan is made
@@ -56,9 +57,9 @@ def _short(hosts: list[str]) -> str:
     return shown + (f", ... (+{len(hosts) - _SHOW})" if len(hosts) > _SHOW else "")
 
 
-def print_plan(plan: RolloutPlan) -> None:
-    t = Table("pool", "release", "canary", "moving", "waves", "wave sizes", "skipped",
-              "max unavailable", box=None)
+def print_plan(plan: RolloutPlan, output: str | None = None) -> None:
+    t = Grid(("pool", "release", "canary", "moving", "waves", "wave sizes", "skipped",
+              "max unavailable"))
     for p in plan.pools:
         sizes = [len(w.hosts) for w in p.waves]
         shown = ", ".join(map(str, sizes[:12])) + (" ..." if len(sizes) > 12 else "")
@@ -66,7 +67,7 @@ def print_plan(plan: RolloutPlan) -> None:
                   str(len(p.waves)), shown, str(len(p.skipped)),
                   f"{p.max_unavailable} ({len(p.unavailable)} out now)"
                   + (" [red]blocked[/]" if p.blocked else ""))
-    console.print(t)
+    show(t, output)
     for p in plan.pools:
         console.print(f"\n[bold]{esc(p.pool)}[/bold] -> {esc(p.release)}")
         for w in p.waves[:_SHOW]:
@@ -100,6 +101,7 @@ def plan_cmd(
     pool: PoolOpt = None,
     scheduler: SchedulerOpt = None,
     json_out: JsonFlag = False,
+    output: OutputOpt = None,
 ) -> None:
     """Show the waves of a rollout to each pool's golden release; touches nothing.
 
@@ -158,10 +160,10 @@ def plan_cmd(
     lost = [h for p in plan.pools for h in p.unreachable]
     unknown = [] if probed is None else [h for p in plan.pools
                                          for h in [*p.hosts, *p.skipped] if h not in probed]
-    if json_out:
+    if wants_json(json_out, output):
         emit_json({**meta, **plan.as_dict(), "unreachable": lost, "never_probed": unknown})
     else:
-        print_plan(plan)
+        print_plan(plan, output)
     _exit(plan, lost, unknown)
 
 
@@ -177,7 +179,7 @@ def _exit(plan: RolloutPlan, lost: list[str], unknown: list[str]) -> None:
         why.append(f"{len(lost)} host(s) unreachable at their latest probe: {known(lost)}")
     if unknown:
         why.append(f"{len(unknown)} host(s) never probed, what they run is not known (run "
-                   f"`fleet probe`): {known(unknown)}")
+                   f"`fleet probe -i INVENTORY`): {known(unknown)}")
     if why:
         raise CouldNotComplete("; ".join(why))
     blocked = [p.pool for p in plan.pools if p.blocked]

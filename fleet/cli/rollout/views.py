@@ -5,13 +5,14 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
-from fleet.cli.output import console, emit_json, esc
+from fleet.cli.output import emit_json, esc
+from fleet.cli.output import stdout as console
 from fleet.cli.rollout.common import JsonFlag, no_rollout
 from fleet.cli.rollout.drive import waiting, waiting_lines
 from fleet.cli.rollout.group import app
 from fleet.cli.rollout.split import fleet_prefix, splits, warn_splits
+from fleet.cli.table import Grid, OutputOpt, show, wants_json
 
 
 def _rollout_doc(history: Any, ro: Any, *, hosts: bool = False) -> dict[str, Any]:
@@ -80,8 +81,6 @@ def _why(step: dict[str, Any]) -> str:
 
 
 def _hosts_grid(doc: dict[str, Any]) -> Any:
-    from fleet.cli.table import Grid
-
     grid = Grid(("host", "pool", "wave", "state", "from", "to", "why"), prose=("why",))
     for s in doc["host_steps"]:
         grid.add_row(esc(s["host"]), esc(s["pool"]), str(s["wave"] or ""), s["state"],
@@ -93,7 +92,7 @@ def _hosts_grid(doc: dict[str, Any]) -> Any:
 def status_cmd(ctx: typer.Context,
                rollout_id: Annotated[int | None, typer.Argument(metavar="[ID]")] = None,
                hosts: Annotated[bool, typer.Option("--hosts", help="Every host's step.")] = False,
-               json_out: JsonFlag = False) -> None:
+               json_out: JsonFlag = False, output: OutputOpt = None) -> None:
     """A rollout's waves, host states and lock (the newest one by default), why it paused,
     failed or rolled back, and the commands to type next; --hosts adds every host's step
     (state, releases, and the reason where one was recorded)."""
@@ -110,7 +109,7 @@ def status_cmd(ctx: typer.Context,
         doc.update(_advice(history, ro, doc, settings(ctx).db))
         doc["split"] = (splits(history, doc["id"], fleet=fleet_prefix(settings(ctx).db))
                         if ro.status in ("aborted", "rolled_back", "failed") else [])
-    if json_out:
+    if wants_json(json_out, output):
         emit_json(doc)
         return
     console.print(f"rollout {doc['id']}: [bold]{doc['status']}[/bold] of "
@@ -118,12 +117,12 @@ def status_cmd(ctx: typer.Context,
     if doc["lock"]:
         console.print(f"  lock: {esc(doc['lock']['owner'])} pid {doc['lock']['pid']}, heartbeat "
                       f"{doc['lock']['heartbeat']}")
-    t = Table("wave", "pool", "hosts", "status", "verdict", "host states", box=None)
+    t = Grid(("wave", "pool", "hosts", "status", "verdict", "host states"))
     for w in doc["waves"]:
         t.add_row(str(w["index"]), esc(w["pool"]), str(w["hosts"]), w["status"],
                   w["verdict"] or "",
                   ", ".join(f"{n} {s}" for s, n in w["states"].items()))
-    console.print(t)
+    show(t, output)
     for line in waiting_lines(doc["waiting"]):
         console.print(line, markup=False, highlight=False)
     for pool, notes in doc["plan_notes"].items():  # capped waves, units moving short
@@ -131,9 +130,7 @@ def status_cmd(ctx: typer.Context,
             console.print(f"  note: {pool}: {note}", markup=False, highlight=False,
                           soft_wrap=True)
     if hosts:
-        from fleet.cli.table import show
-
-        show(_hosts_grid(doc))
+        show(_hosts_grid(doc), output)
     warn_splits(doc["split"])
     if doc["reason"]:
         console.print(f"why: {doc['reason']}", markup=False, highlight=False, soft_wrap=True)
@@ -151,7 +148,7 @@ def history_cmd(ctx: typer.Context,
                 json_out: JsonFlag = False,
                 old_limit: Annotated[int | None, typer.Option(
                     "--limit", min=1, hidden=True, help="Old spelling of --last.")] = None,
-                ) -> None:
+                output: OutputOpt = None) -> None:
     """Past and current rollouts, newest first."""
     from fleet.cli.app import settings
     from fleet.history import open_history
@@ -162,13 +159,13 @@ def history_cmd(ctx: typer.Context,
     docs: list[dict[str, Any]] = [{"id": r.id, "status": r.status, "release": r.release,
              "pools": scope_pools(r.scope), "started_by": r.started_by,
              "started_at": r.started_at, "ended_at": r.ended_at} for r in rows]
-    if json_out:
+    if wants_json(json_out, output):
         emit_json({"rollouts": docs})
         return
-    t = Table("id", "status", "pools", "release", "started", "ended", "by", box=None)
+    t = Grid(("id", "status", "pools", "release", "started", "ended", "by"))
     for d in docs:
         t.add_row(str(d["id"]), d["status"], esc(", ".join(d["pools"])), esc(d["release"]),
                   d["started_at"].isoformat(timespec="seconds"),
                   d["ended_at"].isoformat(timespec="seconds") if d["ended_at"] else "",
                   d["started_by"])
-    console.print(t)
+    show(t, output)

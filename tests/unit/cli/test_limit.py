@@ -133,7 +133,7 @@ def test_check_refuses_a_typo_among_valid_values(fleet, db: Path, argv: list[str
     assert f"{option}: '{typo}' matches no pool, group or host name" in r.stderr
     assert "pools: a100, h100" in r.stderr and "hosts: gpu-01, gpu-02, gpu-03" in r.stderr
     assert json.loads(r.stdout)["error"]["where"]["field"] == option
-    assert "no findings" not in r.stderr
+    assert "no findings" not in r.stdout + r.stderr
 
 
 def test_history_hosts_refuses_a_typo(fleet, db: Path) -> None:

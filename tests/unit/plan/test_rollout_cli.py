@@ -27,8 +27,8 @@ def test_plan_sim_json(fleet_cli) -> None:  # type: ignore[no-untyped-def]
 def test_plan_human_output_and_pool_filter(fleet_cli) -> None:  # type: ignore[no-untyped-def]
     r = fleet_cli("rollout", "plan", "-m", MATRIX, "--sim", "100", "--pool", "l40s")
     assert r.returncode == 0, r.stderr
-    assert "l40s -> r580-cuda13.0" in r.stderr and "wave 1: 2 host(s)" in r.stderr
-    assert "h100-canary" not in r.stderr
+    assert "l40s -> r580-cuda13.0" in r.stdout and "wave 1: 2 host(s)" in r.stdout
+    assert "h100-canary" not in r.stdout
 
 
 def test_plan_usage_errors(fleet_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -129,7 +129,7 @@ def test_plan_exit_codes_follow_what_is_known(fleet_cli, tmp_path: Path) -> None
     inv, db = _probed_inventory(tmp_path / "unknown", skip="gpu-3")
     r = fleet_cli("--db", str(db), "rollout", "plan", "-m", MATRIX, "-i", str(inv))
     assert r.returncode == 3 and "never probed" in r.stderr and "gpu-3" in r.stderr
-    assert "wave 1" in r.stderr  # the plan is printed before the exit
+    assert "wave 1" in r.stdout  # the plan is printed (stdout) before the exit
 
 
 def test_plan_of_a_sim_with_an_unreachable_host_exits_3(fleet_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

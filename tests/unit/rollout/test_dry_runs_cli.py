@@ -51,9 +51,9 @@ def test_start_dry_on_a_sim_shows_plan_and_first_wave(tmp_path: Path) -> None:
     text = run_fleet("--db", db, "rollout", "start", "-m", MATRIX, "--sim", "12", "--seed",
                      "3", "--dry")
     assert text.returncode == 0, text.stderr
-    assert f"first wave: {CANARY} wave 1 -> {target}" in text.stderr
-    assert "hold " in text.stderr and "(apt-mark)" in text.stderr
-    assert "no rollout recorded, no lock taken" in text.stderr
+    assert f"first wave: {CANARY} wave 1 -> {target}" in text.stdout
+    assert "hold " in text.stdout and "(apt-mark)" in text.stdout
+    assert "no rollout recorded, no lock taken" in text.stdout
     _nothing_written(tmp_path)
 
 
