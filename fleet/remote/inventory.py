@@ -261,7 +261,8 @@ def check_inventory(inventory: Any, *, file: Path | None, source: str,
             problems.append(Problem(
                 where_file, at(text) if text else None, "ssh_strict_host_key_checking",
                 f"host {host.name!r}: refusing {strict!r}: fleet checks host keys strictly "
-                "(\"yes\", the default); trust a new host's key with `fleet hosts trust`"))
+                "(\"yes\", the default); trust a new host's key with "
+                "`fleet hosts trust -i INVENTORY HOST`"))
         for key, kind in _NAME_DATA.items():
             value = data.get(key)
             if value is None:

@@ -122,7 +122,8 @@ def render_markdown(report: Mapping[str, Any], worst: int = 20) -> str:
         out += ["", "Proposals only: rerun with `--apply-quarantine` to drain."]
     if q["open"]:
         out += ["", f"Open quarantines: {len(q['open'])} "
-                "(`fleet quarantine list`; release with `fleet quarantine release HOST`)."]
+                "(`fleet quarantine list`; release with "
+                "`fleet quarantine release HOST --reason WHY`)."]
     out += ["", "## Synthetic benchmark per pool", ""]
     if report["benchmarks"]:
         out += _table(["pool", "hosts", "verdict", "samples per side (week / baseline / needed)",
