@@ -48,7 +48,7 @@ def test_abort_of_a_paused_canary_names_the_split_and_how_to_make_it_whole(
     r = _in(tmp_path, "rollout", "start", "-m", MATRIX, "--sim-spec", str(spec))
     assert r.returncode == 3 and "paused" in r.stderr, r.stderr
     r = _in(tmp_path, "rollout", "promote", "1")
-    assert r.returncode == 3 and "wave 3 (h100-canary) inconclusive" in r.stderr, r.stderr
+    assert r.returncode == 3 and "wave 3 (h100-canary) inconclusive" in r.stdout, r.stderr
     r = _in(tmp_path, "rollout", "abort", "1", "--json")
     assert r.returncode == 1, r.stderr
     [split] = json.loads(r.stdout)["split"]
