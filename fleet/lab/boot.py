@@ -12,8 +12,9 @@ Faults (`fleet lab inject`): `kernel-without-module` installs a newer kernel wit
 makes it GRUB's saved default entry (GRUB_DEFAULT=saved, grubenv saved_entry), so no driver
 install builds a module for it; `secure-boot-unsigned` turns Secure Boot on. `fleet lab reset`
 removes their files. The lab's repositories also offer the kernel's packages, as a distribution
-mirror does (`kernel_debs`, `kernel_rpms`: the running kernel's and a newer one's, without
-payload); a test installs them on a host to see a pool's kernel hold keep the newer one off.
+mirror does (`repo.kernel_debs`, `rpmrepo.kernel_rpms`: the running kernel's and a newer
+one's, without payload); a test installs them on a host to see a pool's kernel hold keep the
+newer one off.
 A lab reboot boots the default entry's kernel (`/proc/sys/kernel/osrelease`
 inside the host says which); booted into a kernel without a loadable module, the host has no
 driver: no /proc/driver/nvidia, NVML fails to initialise, no GPUs.
@@ -24,8 +25,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from fleet.lab import gpustate
-from fleet.lab.repo import FakePackage, _control
-from fleet.lab.rpmrepo import FakeRpm
 from fleet.probe import hostprobe as P
 
 KERNEL = "6.1.0-18-amd64"
@@ -148,34 +147,3 @@ def booting(root: Path) -> tuple[str, bool]:
 KERNEL_UPSTREAM = {KERNEL: "6.1.76", NEWER: "6.1.128"}
 """Debian's upstream version of each lab kernel's ABI (the linux-image-6.1.0-18-amd64 package
 is version 6.1.76-1 on Debian 12)."""
-
-
-def _payload(name: str, version: str) -> dict[str, tuple[str | bytes, int]]:
-    """A marker file only: the kernel's files are the boot layer's, never a package's."""
-    return {f"usr/share/gpusim/kernel/{name}": (f"{name} {version}\n", 0o644)}
-
-
-def kernel_debs() -> list[FakePackage]:
-    """linux-image-KVER, linux-headers-KVER and the linux-image-amd64 meta package for the
-    running kernel and the newer one (the newer meta depends on the newer image)."""
-    out: list[FakePackage] = []
-    for kver, up in KERNEL_UPSTREAM.items():
-        ver = f"{up}-1"
-        for name, depends in ((f"linux-image-{kver}", None), (f"linux-headers-{kver}", None),
-                              ("linux-image-amd64", f"linux-image-{kver} (= {ver})")):
-            extra = {"Depends": depends} if depends else {}
-            out.append(FakePackage(
-                name=name, version=ver, component="kernel", upstream=up,
-                control=_control(name, ver, f"Linux {kver} (lab stand-in)", Section="kernel",
-                                 **extra),
-                files=_payload(name, ver)))
-    return out
-
-
-def kernel_rpms() -> list[FakeRpm]:
-    """kernel, kernel-core and kernel-modules at the running kernel's and a newer version."""
-    return [FakeRpm(name=name, version=up, component="kernel", release=kver.split("-")[1],
-                    summary=f"FAKE {name} {up} (lab stand-in for the EL kernel)",
-                    files=_payload(name, up))
-            for kver, up in KERNEL_UPSTREAM.items()
-            for name in ("kernel", "kernel-core", "kernel-modules")]

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from fleet.errors import BadInput, CouldNotComplete
-from fleet.lab import boot, hostfleet, nvml_build, repo, rpmrepo
 from fleet.lab import faults as F
+from fleet.lab import hostfleet, nvml_build, repo, rpmrepo
 from fleet.lab import hosts as H
 from fleet.lab import slurm as S
 from fleet.lab.base import BaseRecipe, ensure_base, recipe_for
@@ -156,11 +156,11 @@ def up(paths: LabPaths, cfg: UpConfig, progress: Progress = _quiet) -> LabState:
             d.mkdir(parents=True, exist_ok=True)
         progress("fake NVML and apt repository", 1, steps)
         lib = nvml_build.build(paths.cache / "nvml")
-        pkgs = repo.plan_packages(releases, cfg.perf, lib.read_bytes()) + boot.kernel_debs()
+        pkgs = repo.plan_packages(releases, cfg.perf, lib.read_bytes()) + repo.kernel_debs()
         repo.build_repo(pkgs, paths.repo)
         addr = BRIDGE_ADDR if cfg.mode == "netns" else "127.0.0.1"
         repo_url = f"http://{addr}:{REPO_PORT}/"
-        rpms = (rpmrepo.plan_rpms(releases, cfg.perf, lib.read_bytes()) + boot.kernel_rpms()
+        rpms = (rpmrepo.plan_rpms(releases, cfg.perf, lib.read_bytes()) + rpmrepo.kernel_rpms()
                 if el9 else [])
         if rpms:
             rpmrepo.build_rpm_repo(rpms, paths.repo / rpmrepo.DIST,

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 from fleet.domain.matrix import packages as truth
 from fleet.errors import BadInput
 from fleet.lab import gpustate
+from fleet.lab.boot import KERNEL_UPSTREAM
 from fleet.lab.sysutil import run
 
 REVISION = "1"
@@ -355,4 +356,26 @@ def build_repo(packages: Sequence[FakePackage], out: Path) -> Path:
         )
         + "\n"
     )
+    return out
+
+
+def _payload(name: str, version: str) -> dict[str, tuple[str | bytes, int]]:
+    """A marker file only: the kernel's files are the boot layer's, never a package's."""
+    return {f"usr/share/gpusim/kernel/{name}": (f"{name} {version}\n", 0o644)}
+
+
+def kernel_debs() -> list[FakePackage]:
+    """linux-image-KVER, linux-headers-KVER and the linux-image-amd64 meta package for the
+    running kernel and the newer one (the newer meta depends on the newer image)."""
+    out: list[FakePackage] = []
+    for kver, up in KERNEL_UPSTREAM.items():
+        ver = f"{up}-1"
+        for name, depends in ((f"linux-image-{kver}", None), (f"linux-headers-{kver}", None),
+                              ("linux-image-amd64", f"linux-image-{kver} (= {ver})")):
+            extra = {"Depends": depends} if depends else {}
+            out.append(FakePackage(
+                name=name, version=ver, component="kernel", upstream=up,
+                control=_control(name, ver, f"Linux {kver} (lab stand-in)", Section="kernel",
+                                 **extra),
+                files=_payload(name, ver)))
     return out

@@ -32,6 +32,7 @@ from typing import Protocol
 
 from fleet.domain.matrix import packages as truth
 from fleet.lab import repo
+from fleet.lab.boot import KERNEL_UPSTREAM
 from fleet.lab.sysutil import run
 
 
@@ -277,3 +278,12 @@ def rpm_files(packages: Sequence[FakeRpm], wanted: Iterable[tuple[str, str]], re
     """The built files of the wanted (name, upstream version) pairs."""
     keys = set(wanted)
     return [repo_dir / p.rpm_name for p in packages if (p.name, p.version) in keys]
+
+
+def kernel_rpms() -> list[FakeRpm]:
+    """kernel, kernel-core and kernel-modules at the running kernel's and a newer version."""
+    return [FakeRpm(name=name, version=up, component="kernel", release=kver.split("-")[1],
+                    summary=f"FAKE {name} {up} (lab stand-in for the EL kernel)",
+                    files=repo._payload(name, up))
+            for kver, up in KERNEL_UPSTREAM.items()
+            for name in ("kernel", "kernel-core", "kernel-modules")]
