@@ -853,7 +853,8 @@ def main(argv: list[str] | None = None) -> int:
         if json_out:
             print(json.dumps(error_document(3, f"internal error: {e}", []), sort_keys=True))
         return 3
-    print(render(report), file=sys.stderr)
+    # the check lines are the result (stdout); with --json stdout holds the JSON alone
+    print(render(report), file=sys.stderr if json_out else sys.stdout)
     print(("" if report["status"] == PASS else "error: ") + summary_line(report), file=sys.stderr)
     if json_out:
         print(json.dumps(report, indent=2, sort_keys=True, default=str))

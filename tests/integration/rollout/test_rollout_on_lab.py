@@ -114,15 +114,23 @@ def test_a_release_whose_workload_falls_back_to_the_cpu_is_rolled_back(env, host
 
 def test_a_killed_controller_resumes_and_finishes(env, hosts) -> None:
     pin(env, "r580-cuda13.0")
+    before = _last_rollout(env)
     proc = subprocess.Popen([sys.executable, "-m", "fleet", "rollout", "start", "--pool", "h100",
                              "--release", "r595-cuda13.2"], env=env, cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(random.Random(os.getpid()).uniform(2.0, 8.0))  # somewhere in drain..gates
+    # the kill must land inside this rollout, not before it exists: a loaded machine starts
+    # the CLI slowly (a fixed sleep once killed it before its rollout was recorded)
+    deadline = time.monotonic() + 120
+    while _last_rollout(env)[0] == before[0]:
+        assert proc.poll() is None, f"rollout start exited {proc.returncode} before recording"
+        assert time.monotonic() < deadline, "rollout start recorded no rollout in 120 s"
+        time.sleep(0.1)
+    time.sleep(random.Random(os.getpid()).uniform(0.5, 5.0))  # somewhere in drain..gates
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
-    rc, doc = fleet(env, "rollout", "history")
-    rid = str(doc["rollouts"][0]["id"])
-    if doc["rollouts"][0]["status"] == "completed":
+    last, status = _last_rollout(env)
+    rid = str(last)
+    if status == "completed":
         pytest.fail("the rollout finished before the kill: lengthen the benchmark or kill sooner")
     refused = subprocess.run([sys.executable, "-m", "fleet", "rollout", "resume", rid], env=env,
                              cwd=ROOT, capture_output=True, text=True, timeout=60)
@@ -131,3 +139,15 @@ def test_a_killed_controller_resumes_and_finishes(env, hosts) -> None:
     rc, doc = fleet(env, "rollout", "resume", rid, "--force")
     assert rc == 0 and doc["status"] == "completed", doc
     assert drivers(hosts) == dict.fromkeys(POOL_HOSTS, R595)
+
+
+def _last_rollout(env: dict[str, str]) -> tuple[int | None, str | None]:
+    """The newest rollout's id and status, read straight from the history (no CLI start-up)."""
+    if not Path(env["FLEET_DB"]).exists():
+        return None, None
+    with sqlite3.connect(env["FLEET_DB"]) as db:
+        try:
+            row = db.execute("SELECT id, status FROM rollouts ORDER BY id DESC LIMIT 1").fetchone()
+        except sqlite3.OperationalError:  # the schema is not there yet
+            return None, None
+    return (row[0], row[1]) if row else (None, None)

@@ -383,12 +383,12 @@ def test_reports_echo_user_text_as_written(tmp_path: Path,
         record_event(h, "note", f"host{MARKUP}", f"reason :100: {MARKUP}", actor="[red]bob")
         open_quarantine(h, "gpu[/x]-01", reason="ecc [/x] rising :fire:", opened_by="[b]",
                         at=datetime.now(UTC))
-    code, _, err = fleet(capsys, "--db", str(db), "history", "events")
+    code, out, err = fleet(capsys, "--db", str(db), "history", "events")
     assert code == 0, err
-    assert f"host{MARKUP}" in err and f"reason :100: {MARKUP}" in err and "[red]bob" in err
-    code, _, err = fleet(capsys, "--db", str(db), "quarantine", "list")
+    assert f"host{MARKUP}" in out and f"reason :100: {MARKUP}" in out and "[red]bob" in out
+    code, out, err = fleet(capsys, "--db", str(db), "quarantine", "list")
     assert code == 0, err
-    assert "gpu[/x]-01" in err and "ecc [/x] rising :fire:" in err
+    assert "gpu[/x]-01" in out and "ecc [/x] rising :fire:" in out
 
 
 def test_an_exception_text_with_markup_is_printed_as_written(

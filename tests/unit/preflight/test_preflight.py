@@ -178,7 +178,7 @@ def test_no_gpu_and_nothing_said_is_not_a_pass(tmp_path: Path) -> None:
 
 def test_fleet_preflight_prints_the_standalone_files_text(tmp_path: Path) -> None:
     """docs/preflight.md: `fleet preflight` and the emitted file run the same code and print
-    the same lines (the check lines, then `error: preflight: ...`)."""
+    the same lines: the check lines on stdout (the result), `error: preflight: ...` on stderr."""
     empty = tmp_path / "root"
     (empty / "dev").mkdir(parents=True)
     argv = ["--skip", "libraries", "--skip", "torch", "--root", str(empty)]
@@ -186,7 +186,8 @@ def test_fleet_preflight_prints_the_standalone_files_text(tmp_path: Path) -> Non
                          text=True, timeout=60)
     cli = run_fleet("preflight", *argv)
     assert own.returncode == cli.returncode == 3
-    assert cli.stderr == own.stderr and "COULD-NOT-CHECK  gpu" in own.stderr
+    assert cli.stdout == own.stdout and "COULD-NOT-CHECK  gpu" in own.stdout
+    assert cli.stderr == own.stderr and own.stderr.startswith("error: preflight: could-not-check")
 
 
 # ------------------------------------------------------------------ GPU side, faked
