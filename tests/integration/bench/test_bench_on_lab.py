@@ -160,17 +160,35 @@ def replay(env: dict[str, str], tmp: Path, lab_state, *names: str) -> dict[str, 
     return bench_side_by_side(env, tmp, args)
 
 
+def replay_until(env: dict[str, str], tmp: Path, lab_state, want: str, never: str
+                 ) -> tuple[int, dict]:
+    """Replay h1 against h2 until the judge says `want`, at most three times.
+
+    Side by side on a loaded 2-core CI machine (the unit suite runs next to the lab) the
+    interval of one 2 s replay can straddle the 10% allowance: an honest "inconclusive"
+    (exit 3), and a rollout re-measures too. The opposite verdict `never` fails at once, and so
+    do three inconclusive answers in a row.
+    """
+    verdicts = []
+    for _ in range(3):
+        files = replay(env, tmp, lab_state, "h1", "h2")
+        rc, doc = compare(env, files["h1"], files["h2"], REPLAY_METRICS)
+        verdicts.append((rc, doc["verdict"]))
+        assert doc["verdict"] != never, (verdicts, doc)
+        if doc["verdict"] == want:
+            return rc, doc
+    raise AssertionError(f"no {want!r} in three replays: {verdicts}: {doc}")
+
+
 def test_replay_against_the_model_server_judges_the_slow_release(env, hosts, lab_state,
                                                                   tmp_path) -> None:
-    files = replay(env, tmp_path, lab_state, "h1", "h2")
-    rc, doc = compare(env, files["h1"], files["h2"], REPLAY_METRICS)
-    assert (rc, doc["verdict"]) == (0, "pass"), doc
+    rc, _ = replay_until(env, tmp_path, lab_state, want="pass", never="fail")
+    assert rc == 0
     pin(env, SLOW, "h1")
     try:
         hosts["h1"].close()
-        files = replay(env, tmp_path, lab_state, "h1", "h2")
-        rc, doc = compare(env, files["h1"], files["h2"], REPLAY_METRICS)
-        assert (rc, doc["verdict"]) == (1, "fail"), doc
+        rc, doc = replay_until(env, tmp_path, lab_state, want="fail", never="pass")
+        assert rc == 1
         lat = {m["metric"]: m for m in doc["metrics"]}["latency_ms"]
         assert lat["verdict"] == "fail", lat
     finally:
