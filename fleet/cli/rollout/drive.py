@@ -102,7 +102,9 @@ def drive(ctx: typer.Context, matrix_path: str, source: dict[str, Any], json_out
     doc = {**result.as_dict(), "source": source, "unreachable": left, "split": split}
     if json_out:
         emit_json(doc)
-    stdout.print(f"rollout {result.rollout_id}: [bold]{result.status}[/bold]"
+    # a start with nothing to do records no rollout: say so instead of "rollout None"
+    label = "no rollout" if result.rollout_id is None else f"rollout {result.rollout_id}"
+    stdout.print(f"{label}: [bold]{result.status}[/bold]"
                   + (f": {esc(result.reason)}" if result.reason else ""), soft_wrap=True)
     warn_splits(split)
     if result.status in ("rolled_back", "aborted", "failed"):

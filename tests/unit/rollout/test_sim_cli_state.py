@@ -30,6 +30,9 @@ def test_a_second_start_goes_on_with_the_saved_fleet(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert f"going on with the one saved in {state}" in r.stderr
     assert json.loads(r.stdout)["status"] == "nothing"  # both hosts moved by the first
+    r = _in(tmp_path, "rollout", "start", "-m", MATRIX, "--sim-spec", str(spec))
+    assert r.returncode == 0, r.stderr  # nothing recorded: no "rollout None" on stdout
+    assert r.stdout.startswith("no rollout: nothing: every host is on its target"), r.stdout
     r = _in(tmp_path, "rollout", "start", "-m", MATRIX, "--sim", "5", "--dry")
     assert r.returncode == 0, r.stderr  # other options: another fleet, and it says why
     assert ("built in memory (rollout 1 saved one built with other --sim options); dry run: "
