@@ -14,7 +14,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -117,11 +117,31 @@ def compare(env: dict[str, str], canary: Path, baseline: Path, metrics: list[str
                  *metrics)
 
 
+def until_judged(measure: Callable[[], dict[str, Path]], env: dict[str, str],
+                 metrics: list[str], want: str, never: str) -> tuple[int, dict]:
+    """Measure h1 against h2 until the judge says `want`, at most three times.
+
+    Side by side on a loaded 2-core CI machine (the unit suite runs next to the lab) the
+    interval of one short run can straddle the allowance: an honest "inconclusive" (exit 3),
+    and a rollout re-measures too. The opposite verdict `never` fails at once, and so do three
+    inconclusive answers in a row.
+    """
+    verdicts = []
+    for _ in range(3):
+        files = measure()
+        rc, doc = compare(env, files["h1"], files["h2"], metrics)
+        verdicts.append((rc, doc["verdict"]))
+        assert doc["verdict"] != never, (verdicts, doc)
+        if doc["verdict"] == want:
+            return rc, doc
+    raise AssertionError(f"no {want!r} in three measurements: {verdicts}: {doc}")
+
+
 def test_two_golden_hosts_pass_the_judge(env, hosts, tmp_path) -> None:
     assert hosts["h1"].nvml()["driver"] == R580 and hosts["h2"].nvml()["driver"] == R580
-    files = synthetic(env, tmp_path, "h1", "h2")
-    rc, doc = compare(env, files["h1"], files["h2"], SYNTHETIC_METRICS)
-    assert (rc, doc["verdict"]) == (0, "pass"), doc
+    rc, doc = until_judged(lambda: synthetic(env, tmp_path, "h1", "h2"), env,
+                           SYNTHETIC_METRICS, want="pass", never="fail")
+    assert rc == 0, doc
     assert {m["metric"] for m in doc["metrics"]} >= {"throughput", "latency_ms_p50"}
 
 
@@ -160,34 +180,16 @@ def replay(env: dict[str, str], tmp: Path, lab_state, *names: str) -> dict[str, 
     return bench_side_by_side(env, tmp, args)
 
 
-def replay_until(env: dict[str, str], tmp: Path, lab_state, want: str, never: str
-                 ) -> tuple[int, dict]:
-    """Replay h1 against h2 until the judge says `want`, at most three times.
-
-    Side by side on a loaded 2-core CI machine (the unit suite runs next to the lab) the
-    interval of one 2 s replay can straddle the 10% allowance: an honest "inconclusive"
-    (exit 3), and a rollout re-measures too. The opposite verdict `never` fails at once, and so
-    do three inconclusive answers in a row.
-    """
-    verdicts = []
-    for _ in range(3):
-        files = replay(env, tmp, lab_state, "h1", "h2")
-        rc, doc = compare(env, files["h1"], files["h2"], REPLAY_METRICS)
-        verdicts.append((rc, doc["verdict"]))
-        assert doc["verdict"] != never, (verdicts, doc)
-        if doc["verdict"] == want:
-            return rc, doc
-    raise AssertionError(f"no {want!r} in three replays: {verdicts}: {doc}")
-
-
 def test_replay_against_the_model_server_judges_the_slow_release(env, hosts, lab_state,
                                                                   tmp_path) -> None:
-    rc, _ = replay_until(env, tmp_path, lab_state, want="pass", never="fail")
+    rc, _ = until_judged(lambda: replay(env, tmp_path, lab_state, "h1", "h2"), env,
+                         REPLAY_METRICS, want="pass", never="fail")
     assert rc == 0
     pin(env, SLOW, "h1")
     try:
         hosts["h1"].close()
-        rc, doc = replay_until(env, tmp_path, lab_state, want="fail", never="pass")
+        rc, doc = until_judged(lambda: replay(env, tmp_path, lab_state, "h1", "h2"), env,
+                               REPLAY_METRICS, want="fail", never="pass")
         assert rc == 1
         lat = {m["metric"]: m for m in doc["metrics"]}["latency_ms"]
         assert lat["verdict"] == "fail", lat
