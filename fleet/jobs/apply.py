@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from fleet.domain.checks import Finding, Severity, run_checks
-from fleet.domain.checks.expect import release_expectation
+from fleet.domain.checks.expect import pool_profiles, release_expectation
 from fleet.domain.checks.models import Expectations
 from fleet.domain.drain import DrainView, describe_jobs
 from fleet.domain.facts import HostFacts
@@ -373,9 +373,12 @@ def os_family_of(facts: HostFacts) -> OsFamily:
 def health_findings(facts: HostFacts, release: Release, ref: HostRef,
                     matrix: Matrix) -> list[Finding]:
     """The health gate of one host: every check against `release` (driver three-way
-    agreement, release conformance, GPU count and model, errors); FAIL findings fail it."""
+    agreement, release conformance, GPU count and model, errors) and the pool's node profile
+    (the `node.*` checks); FAIL findings fail it."""
+    profile, by_model = pool_profiles(matrix, ref.pool)
     expect = Expectations(release=release_expectation(release, os_family_of(facts)),
-                          gpu_count=ref.gpu_count, gpu_model=ref.gpu_model)
+                          gpu_count=ref.gpu_count, gpu_model=ref.gpu_model, profile=profile,
+                          profile_by_model=by_model)
     return run_checks(facts, expect, matrix.policy.thresholds)
 
 

@@ -11,6 +11,7 @@ from typing import get_args
 
 from fleet.domain.checks.models import Expectations, ReleaseExpectation
 from fleet.domain.matrix.models import Matrix, OsFamily, Release
+from fleet.domain.matrix.profiles import NodeProfile
 
 
 def release_expectation(release: Release, os_family: OsFamily = "debian") -> ReleaseExpectation:
@@ -55,15 +56,25 @@ def expectations_for(
     )
     settings = matrix.pools.get(pool)
     model = gpu_model if gpu_model is not None else (settings.gpu_model if settings else None)
-    chosen = settings.profile if settings else None
-    by_model = ({key: matrix.profiles[name] for key, name in chosen.items()
-                 if name in matrix.profiles} if isinstance(chosen, dict) else {})
+    profile, by_model = pool_profiles(matrix, pool)
     return Expectations(
         release=release_expectation(golden, os_family),
         allowed=allowed,
         gpu_count=gpu_count,
         gpu_model=model,
         secure_boot=settings.secure_boot if settings else "any",
-        profile=matrix.profiles.get(chosen) if isinstance(chosen, str) else None,
+        profile=profile,
         profile_by_model=by_model,
     )
+
+
+def pool_profiles(matrix: Matrix, pool: str | None
+                  ) -> tuple[NodeProfile | None, dict[str, NodeProfile]]:
+    """The node profile `pool` selects (`Expectations.profile`), or its pick per GPU model
+    (`Expectations.profile_by_model`); (None, {}) for a pool without one."""
+    settings = matrix.pools.get(pool) if pool is not None else None
+    chosen = settings.profile if settings else None
+    if isinstance(chosen, dict):
+        return None, {key: matrix.profiles[name] for key, name in chosen.items()
+                      if name in matrix.profiles}
+    return (matrix.profiles.get(chosen) if chosen is not None else None), {}
