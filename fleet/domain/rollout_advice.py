@@ -103,6 +103,10 @@ class Split:
                 "others": {k: list(v) for k, v in self.others.items()}}
 
 
+NOT_MOVED = "not moved (as before the rollout)"
+"""The key of `Split.others` for hosts the rollout never moved (their release is not known)."""
+
+
 def split_pools(steps: Sequence[Any]) -> list[Split]:
     """The pools whose hosts a stopped rollout left on different releases: some moved to the
     target (`done`), others rolled back or never moved. `steps` are the rollout's host steps
@@ -122,7 +126,7 @@ def split_pools(steps: Sequence[Any]) -> list[Split]:
             d = s.detail or {}
             where = (d.get("rollback_to") or s.from_release) if s.state == "rolled_back" \
                 else s.from_release
-            others.setdefault(str(where) if where else "not moved (as before the rollout)",
+            others.setdefault(str(where) if where else NOT_MOVED,
                               []).append(s.host)
         out.append(Split(pool, str(moved[0].to_release), [s.host for s in moved], others))
     return out

@@ -143,3 +143,17 @@ def no_rollout(history: Any, rollout_id: int | None) -> BadInput:
         return BadInput.single("no rollout in the history yet", field="ID")
     return BadInput.single(f"no rollout {rollout_id} in the history (rollouts, newest first: "
                            f"{', '.join(ids)}{' ...' if len(ids) == 20 else ''})", field="ID")
+
+
+def step_reason(step: dict[str, Any]) -> str:
+    """A host step's reason, where the engine recorded one."""
+    d = step.get("detail") or {}
+    if d.get("error"):
+        return f"{d.get('failed_at') or 'failed'}: {d['error']}"
+    for key in ("why", "rollback_reason"):
+        if d.get(key):
+            return str(d[key])
+    w = d.get("waiting_for")
+    if step["state"] == "draining" and isinstance(w, dict):
+        return f"waiting for {len(w.get('jobs') or [])} job(s)"
+    return ""

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from fleet.cli.output import console, emit_json, esc, stdout
-from fleet.cli.rollout.common import now
+from fleet.cli.rollout.common import now, step_reason
 from fleet.cli.rollout.split import warn_splits
 from fleet.cli.rollout.wiring import wiring
 from fleet.cli.table import Grid, renderable, show
@@ -96,10 +96,12 @@ def drive(ctx: typer.Context, matrix_path: str, source: dict[str, Any], json_out
             if live is not None:
                 live.stop()
         left = _skipped_unreachable(history, result.rollout_id)
+        failed = _failed_hosts(history, result.rollout_id)
         split = _split(history, result, settings(ctx).db)
     if result.rollout_id is not None:  # the live view was progress, and is gone
         show_waves(engine)
-    doc = {**result.as_dict(), "source": source, "unreachable": left, "split": split}
+    doc = {**result.as_dict(), "source": source, "unreachable": left, "split": split,
+           "failed_hosts": failed}
     if json_out:
         emit_json(doc)
     # a start with nothing to do records no rollout: say so instead of "rollout None"
@@ -131,6 +133,18 @@ def _split(history: Any, result: Any, db: str) -> list[dict[str, Any]]:
     if result.rollout_id is None or result.status not in ("aborted", "rolled_back", "failed"):
         return []
     return splits(history, result.rollout_id, fleet=fleet_prefix(db))
+
+
+def _failed_hosts(history: Any, rollout_id: int | None) -> list[dict[str, Any]]:
+    """Each host whose step failed, with the step and the error the engine recorded: what a
+    script needs from `rollout start --json` without a second `rollout status --hosts`."""
+    from fleet.history.rollouts import load_steps
+
+    if rollout_id is None:
+        return []
+    return [{"host": s.host, "pool": s.pool, "state": s.state, "why": step_reason(s.as_dict())}
+            for s in load_steps(history, rollout_id)
+            if s.state == "failed" or (s.detail or {}).get("error")]
 
 
 def _skipped_unreachable(history: Any, rollout_id: int | None) -> list[str]:

@@ -31,12 +31,15 @@ def splits(history: Any, rollout_id: int, *, fleet: str) -> list[dict[str, Any]]
 
 
 def warn_splits(docs: list[dict[str, Any]]) -> None:
+    from fleet.domain.rollout_advice import NOT_MOVED
+
     for d in docs:
         console.print("[yellow]warning[/yellow]: " + esc(
             f"pool {d['pool']} is split: {len(d['moved'])} host(s) on {d['target']}: "
             f"{', '.join(d['moved'])}"), highlight=False, soft_wrap=True)
         for release, hosts in d["others"].items():
-            console.print(f"  {len(hosts)} host(s) on {release}: {', '.join(hosts)}",
+            where = release if release == NOT_MOVED else f"on {release}"
+            console.print(f"  {len(hosts)} host(s) {where}: {', '.join(hosts)}",
                           markup=False, highlight=False, soft_wrap=True)
         console.print("  to make it whole:", markup=False)
         for step in d["next"]:

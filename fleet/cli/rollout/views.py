@@ -8,7 +8,7 @@ import typer
 
 from fleet.cli.output import emit_json, esc
 from fleet.cli.output import stdout as console
-from fleet.cli.rollout.common import JsonFlag, no_rollout
+from fleet.cli.rollout.common import JsonFlag, no_rollout, step_reason
 from fleet.cli.rollout.drive import waiting, waiting_lines
 from fleet.cli.rollout.group import app
 from fleet.cli.rollout.split import fleet_prefix, splits, warn_splits
@@ -66,25 +66,12 @@ def _advice(history: Any, ro: Any, doc: dict[str, Any], db: str) -> dict[str, An
     return advise(seen, fleet=fleet_prefix(db), now=datetime.now(UTC)).as_dict()
 
 
-def _why(step: dict[str, Any]) -> str:
-    """A host step's reason, where the engine recorded one."""
-    d = step.get("detail") or {}
-    if d.get("error"):
-        return f"{d.get('failed_at') or 'failed'}: {d['error']}"
-    for key in ("why", "rollback_reason"):
-        if d.get(key):
-            return str(d[key])
-    w = d.get("waiting_for")
-    if step["state"] == "draining" and isinstance(w, dict):
-        return f"waiting for {len(w.get('jobs') or [])} job(s)"
-    return ""
-
-
 def _hosts_grid(doc: dict[str, Any]) -> Any:
     grid = Grid(("host", "pool", "wave", "state", "from", "to", "why"), prose=("why",))
     for s in doc["host_steps"]:
         grid.add_row(esc(s["host"]), esc(s["pool"]), str(s["wave"] or ""), s["state"],
-                     esc(s["from_release"] or "-"), esc(s["to_release"] or "-"), esc(_why(s)))
+                     esc(s["from_release"] or "-"), esc(s["to_release"] or "-"),
+                     esc(step_reason(s)))
     return grid
 
 

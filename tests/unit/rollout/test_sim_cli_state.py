@@ -71,3 +71,18 @@ def test_abort_of_a_paused_canary_names_the_split_and_how_to_make_it_whole(
     assert "going on with the one saved in" in r.stderr
     doc = json.loads(r.stdout)  # the two moved canaries are on the target already
     assert sum(doc["hosts"].values()) == 1, doc["hosts"]
+
+
+def test_a_failed_host_is_named_with_its_error(tmp_path: Path) -> None:
+    """`rollout start --json` names each failed host and the error its step recorded, so a
+    script need not ask `rollout status --hosts`; a split pool's unmoved hosts read as such."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("pools: {l40s: {hosts: 3}}\nfaults: {l40s-00002: {apply_fail: true}}\n")
+    r = _in(tmp_path, "rollout", "start", "-m", MATRIX, "--sim-spec", str(spec), "--json")
+    assert r.returncode == 1, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["status"] == "rolled_back", doc
+    (failed,) = doc["failed_hosts"]
+    assert (failed["host"], failed["state"]) == ("l40s-00002", "failed"), failed
+    assert failed["why"].startswith("apply: apt-get install failed (exit 100)"), failed
+    assert "1 host(s) not moved (as before the rollout): l40s-00003" in r.stderr, r.stderr
