@@ -36,6 +36,7 @@ from typing import Any
 from fleet.domain.names import CONNECTOR_NAME_RE, name_problem
 from fleet.domain.secrets import scrub, secret_values, shown
 from fleet.errors import BadInput, Problem
+from fleet.remote.inventory_data import data_problems, group_shape_problem
 
 # Host data whose value is a name that reaches a tool: the pool (limits, history, labels) and the
 # Slurm node name (`srun -w`, `scontrol`).
@@ -94,16 +95,28 @@ def memoised_entry_points(module: types.ModuleType) -> Iterator[None]:
 Occurrence = tuple[str, dict[str, Any]]  # (group, host data as the group lists it)
 
 
+class Listings(dict[str, list[Occurrence]]):
+    """Each host's entries as the inventory file's groups list them, and the groups of the
+    wrong shape (group name, why), which pyinfra was told to skip."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bad_groups: list[tuple[str, str]] = []
+
+
 @contextmanager
-def _capture_host_entries(cli: types.ModuleType) -> Iterator[dict[str, list[Occurrence]]]:
+def _capture_host_entries(cli: types.ModuleType) -> Iterator[Listings]:
     """Every `(host, data)` entry of the inventory file's groups, as pyinfra read them.
 
     pyinfra merges a host listed twice into one, later data winning silently; this keeps each
     listing so conflicting ones can be refused. It wraps the function that executes the file
-    rather than executing the file a second time.
+    rather than executing the file a second time, and pyinfra's test of what is a group: a
+    group of the wrong shape (fleet.remote.inventory_data) is recorded and skipped, so that
+    pyinfra neither crashes on it nor drops it unsaid, and the other problems are still found.
     """
-    seen: dict[str, list[Occurrence]] = {}
+    seen = Listings()
     original = getattr(cli, "_get_groups_from_filename")  # noqa: B009 (a module attribute)
+    is_group = getattr(cli, "_is_inventory_group")  # noqa: B009
 
     def capture(filename: str) -> dict[str, Any]:
         groups: dict[str, Any] = original(filename)
@@ -115,11 +128,20 @@ def _capture_host_entries(cli: types.ModuleType) -> Iterator[dict[str, list[Occu
                     seen.setdefault(name, []).append((group, dict(data)))
         return groups
 
+    def checked_group(key: str, value: Any) -> bool:
+        why = None if key.startswith("_") else group_shape_problem(key, value)
+        if why:
+            seen.bad_groups.append((key, why))
+            return False
+        return bool(is_group(key, value))
+
     setattr(cli, "_get_groups_from_filename", capture)  # noqa: B010
+    setattr(cli, "_is_inventory_group", checked_group)  # noqa: B010
     try:
         yield seen
     finally:
         setattr(cli, "_get_groups_from_filename", original)  # noqa: B010
+        setattr(cli, "_is_inventory_group", is_group)  # noqa: B010
 
 
 @contextmanager
@@ -213,7 +235,8 @@ def _differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
 def check_inventory(inventory: Any, *, file: Path | None, source: str,
                     listings: Mapping[str, list[Occurrence]],
                     group_data_folders: list[Path]) -> list[Problem]:
-    """Every problem with the names in a loaded inventory (empty: it is fine)."""
+    """Every problem with the names, the groups' shapes and the host data's types in a loaded
+    inventory (empty: it is fine)."""
     lines = _literal_lines(file)
     where_file = str(file) if file else None
     field = None if file else "--inventory"
@@ -222,7 +245,12 @@ def check_inventory(inventory: Any, *, file: Path | None, source: str,
         found = lines.get(text) or []
         return found[min(nth, len(found) - 1)] if found else None
 
-    problems: list[Problem] = []
+    problems: list[Problem] = [
+        Problem(where_file, at(group), None, why)
+        for group, why in getattr(listings, "bad_groups", [])]
+    problems += data_problems(
+        inventory, file=where_file, at=at, lines=lines,
+        data_files=lambda g: _group_data_file(g, group_data_folders), literal_lines=_literal_lines)
     for host in inventory:
         problem = name_problem("host", host.name)
         if problem:
@@ -254,7 +282,10 @@ def check_inventory(inventory: Any, *, file: Path | None, source: str,
         else:
             problems.append(Problem(where_file, at(group), field, f"refusing {problem}"))
     for host in inventory:
-        data = host.data.dict()
+        try:
+            data = host.data.dict()
+        except Exception:  # noqa: BLE001 (reported by data_problems)
+            continue
         strict = data.get("ssh_strict_host_key_checking")
         if strict is not None and strict != "yes":
             text = strict if isinstance(strict, str) else ""
@@ -284,7 +315,10 @@ def _secrets(inventory: Any, listings: Mapping[str, list[Occurrence]]) -> set[st
     """Every secret-looking value of the inventory's data: never printed in a message."""
     found = {s for seen in listings.values() for _g, data in seen for s in secret_values(data)}
     for host in inventory:
-        found.update(secret_values(host.data.dict()))
+        try:
+            found.update(secret_values(host.data.dict()))
+        except Exception:  # noqa: BLE001, S112 (reported by data_problems)
+            continue
     return found
 
 

@@ -154,7 +154,7 @@ def test_group_data_edits_are_seen_on_the_next_load(tmp_path: Path) -> None:
      "RuntimeError: no [/x] access"),
     ("import sys\nhosts = ['a']\nsys.exit(3)\n", 3, "exit(3)"),
     ("def f():\n    return {}['k']\n\nhosts = [f()]\n", 2, "KeyError"),
-    ("hosts = (['a'], {}, 'extra')\n", None, ""),
+    ("hosts = (['a'], {}, 'extra')\n", 1, "group 'hosts': a tuple must be (hosts, data)"),
     ("hosts = ['@nosuchconnector/x']\n", None, "Invalid connector"),
 ])
 def test_a_file_that_raises_is_a_located_error(tmp_path: Path, text: str, line: int | None,
