@@ -20,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 from fleet.domain.matrix import rules
 from fleet.domain.matrix.models import Matrix
 from fleet.domain.matrix.profiles import MigPartedFile
+from fleet.domain.matrix.references import reference_problems
 from fleet.domain.yaml_source import SourceMap, format_path, read_yaml
 from fleet.errors import BadInput, Problem
 
@@ -86,7 +87,8 @@ def parse_matrix(text: str, file: str = "<matrix>", today: date | None = None,
         try:
             matrix = Matrix.model_validate(doc.data)
         except ValidationError as exc:
-            problems += _pydantic_problems(exc, doc.data, doc.source, file)
+            schema = _pydantic_problems(exc, doc.data, doc.source, file)
+            problems += schema + _references_beside(schema, doc.data, doc.source, file)
     beside: dict[str, tuple[str, SourceMap]] = {}
     if matrix is not None:
         matrix, beside, found = read_mig_files(matrix, file, read_beside)
@@ -98,6 +100,21 @@ def parse_matrix(text: str, file: str = "<matrix>", today: date | None = None,
     if matrix is None or any(p.severity == "error" for p in problems):
         raise BadInput(problems)
     return LoadedMatrix(matrix, problems, file)
+
+
+def _references_beside(schema: list[Problem], data: dict[str, Any], source: SourceMap,
+                       file: str) -> list[Problem]:
+    """The cross-section problems of a matrix the schema refused, reported with the schema's
+    (every error of the file in one run), except where the schema already names that field or
+    one around it."""
+    refused = [p.field or "" for p in schema]
+
+    def covered(field: str) -> bool:
+        return any(field == f or field.startswith((f + ".", f + "[")) or not f
+                   for f in refused)
+
+    return [_locate(p, source, file) for p in reference_problems(data)
+            if not covered(p.field or "")]
 
 
 def _sorted(problems: list[Problem]) -> list[Problem]:

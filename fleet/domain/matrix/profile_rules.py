@@ -1,4 +1,4 @@
-"""Matrix rules for node profiles: pools name defined profiles, MIG configs exist and fit the GPU
+"""Matrix rules for node profiles: MIG configs exist and fit the GPU
 models they apply to (the sourced table in fleet/data/nvidia/mig_profiles.yaml)."""
 
 from __future__ import annotations
@@ -17,22 +17,6 @@ def _error(field: str, message: str) -> Problem:
 
 def _warning(field: str, message: str) -> Problem:
     return Problem(None, None, field, message, "warning")
-
-
-def pool_profiles_defined(matrix: Matrix, today: date | None) -> list[Problem]:
-    out = []
-    defined = sorted(matrix.profiles)
-    for pool, settings in matrix.pools.items():
-        chosen = settings.profile
-        if chosen is None:
-            continue
-        refs = ({"": chosen} if isinstance(chosen, str) else chosen)
-        for model, name in refs.items():
-            field = f"pools.{pool}.profile" + (f".{model}" if model else "")
-            if name not in matrix.profiles:
-                out.append(_error(field, f"unknown profile {name!r} (defined: "
-                                         f"{', '.join(defined) or 'none'})"))
-    return out
 
 
 def _pool_models(matrix: Matrix, profile: str) -> list[str | None]:
@@ -95,4 +79,4 @@ def mig_layouts_fit(matrix: Matrix, today: date | None) -> list[Problem]:
     return out
 
 
-PROFILE_RULES = (pool_profiles_defined, mig_layouts_fit)
+PROFILE_RULES = (mig_layouts_fit,)  # pools naming defined profiles: matrix.references

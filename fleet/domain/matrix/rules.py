@@ -16,6 +16,7 @@ from fleet.domain.matrix.framework_check import framework_compatibility
 from fleet.domain.matrix.lifecycle import branch_lifecycle
 from fleet.domain.matrix.models import Matrix, Release
 from fleet.domain.matrix.profile_rules import PROFILE_RULES
+from fleet.domain.matrix.references import as_data, reference_problems
 from fleet.domain.versions import branch_label, compare
 from fleet.errors import Problem
 
@@ -66,40 +67,10 @@ def _pool_releases(matrix: Matrix) -> Iterator[tuple[str, str, Release, str]]:
             yield pool, f"policy.previous.{pool}", matrix.releases[index[prev]], "previous"
 
 
-def duplicate_release_names(matrix: Matrix, today: date | None) -> list[Problem]:
-    seen: dict[str, int] = {}
-    out = []
-    for i, rel in enumerate(matrix.releases):
-        if rel.name in seen:
-            out.append(_error(
-                f"releases[{i}].name",
-                f"duplicate release name {rel.name!r} (also releases[{seen[rel.name]}])",
-            ))
-        else:
-            seen[rel.name] = i
-    return out
-
-
-def undefined_releases(matrix: Matrix, today: date | None) -> list[Problem]:
-    names = _index(matrix)
-    known = ", ".join(sorted(names)) or "none"
-    return [
-        _error(field, f"{role} release {name!r} is not defined in releases (known: {known})")
-        for field, name, role in _references(matrix)
-        if name not in names
-    ]
-
-
-def unknown_pools(matrix: Matrix, today: date | None) -> list[Problem]:
-    out = []
-    for section, mapping in (
-        ("policy.golden.pools", matrix.policy.golden.pools),
-        ("policy.previous", matrix.policy.previous),
-    ):
-        for pool in mapping:
-            if pool not in matrix.pools:
-                out.append(_error(f"{section}.{pool}", f"pool {pool!r} is not defined in pools"))
-    return out
+def references(matrix: Matrix, today: date | None) -> list[Problem]:
+    """Duplicate release names and undefined releases, pools and profiles
+    (fleet.domain.matrix.references, which the loader also runs on a matrix that is not valid)."""
+    return reference_problems(as_data(matrix))
 
 
 def cuda_needs_driver(matrix: Matrix, today: date | None) -> list[Problem]:
@@ -262,9 +233,7 @@ def blocked_versions(matrix: Matrix, today: date | None) -> list[Problem]:
 
 
 RULES: tuple[Rule, ...] = (
-    duplicate_release_names,
-    undefined_releases,
-    unknown_pools,
+    references,
     cuda_needs_driver,
     fabric_manager_matches_driver,
     gpu_architecture,
