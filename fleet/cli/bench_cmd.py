@@ -41,10 +41,13 @@ def load_samples(path: Path) -> dict[str, list[float]]:
 
     if not path.is_file():
         raise BadInput.single("no such file", file=str(path))
+    from fleet.domain.utf8 import decode_utf8
+
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput.single(f"cannot read: {exc}", file=str(path)) from None
+        data = path.read_bytes()
+    except OSError as exc:
+        raise BadInput.single(f"cannot read: {exc.strerror or exc}", file=str(path)) from None
+    text = decode_utf8(data, str(path))
     samples, problems = read_samples(text, str(path))
     if problems:
         raise BadInput(problems)
@@ -230,16 +233,18 @@ def _read_trace(path: Path) -> bytes:
 
     if not path.is_file():
         raise BadInput.single("no such file", file=str(path))
+    from fleet.domain.utf8 import decode_utf8
+
     data = path.read_bytes()
+    text = decode_utf8(data, str(path))  # never replaced: the replay would send what it made up
     try:
-        reqs = parse_trace(data.decode("utf-8", errors="replace").splitlines(), str(path),
-                           str(path.parent))
+        reqs = parse_trace(text.splitlines(), str(path), str(path.parent))
     except TraceError as exc:
         raise BadInput([Problem(str(path), line, field, msg)
                         for line, field, msg in exc.problems]) from None
     if not reqs:
         raise BadInput.single("the trace has no requests", file=str(path))
-    if any("body_file" in line for line in data.decode("utf-8", errors="replace").splitlines()):
+    if any("body_file" in line for line in text.splitlines()):
         raise BadInput.single("body_file references are resolved on the controller only; "
                               "inline the bodies (fleet bench trace-from-log does)",
                               file=str(path))

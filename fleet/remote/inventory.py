@@ -35,6 +35,7 @@ from typing import Any
 
 from fleet.domain.names import CONNECTOR_NAME_RE, name_problem
 from fleet.domain.secrets import scrub, secret_values, shown
+from fleet.domain.utf8 import decode_utf8
 from fleet.errors import BadInput, Problem
 from fleet.remote.inventory_data import data_problems, group_shape_problem
 
@@ -175,6 +176,8 @@ def _load_error(exc: BaseException, source: str, is_file: bool) -> BadInput:
 
     inner: BaseException = getattr(exc, "exception", None) or exc  # UnexpectedExternalError
     filename = getattr(exc, "filename", None) if inner is not exc else None
+    if isinstance(inner, UnicodeDecodeError):
+        return _not_utf8(inner, filename if isinstance(filename, str) else None, source, is_file)
     if isinstance(inner, SyntaxError):
         return BadInput.single(f"Python syntax error: {inner.msg}",
                                file=inner.filename or source, line=inner.lineno)
@@ -189,6 +192,32 @@ def _load_error(exc: BaseException, source: str, is_file: bool) -> BadInput:
         message = f"cannot load: {type(inner).__name__}: {inner}"
     return BadInput.single(message, file=filename, line=line,
                            field=None if filename else "--inventory")
+
+
+def _not_utf8(exc: UnicodeDecodeError, filename: str | None, source: str,
+              is_file: bool) -> BadInput:
+    """Which file is not UTF-8 (the inventory or one of its group data files: the one whose
+    bytes the decoder had), with the line and column of the first bad byte."""
+    candidates = [filename] if filename else []
+    if is_file:
+        candidates.append(source)
+        folders = [Path.cwd() / "group_data", Path(source).parent / "group_data"]
+        candidates += [str(f) for d in folders if d.is_dir() for f in sorted(d.glob("*.py"))]
+    data = bytes(exc.object)
+    for name in candidates:
+        try:
+            if Path(name).read_bytes().startswith(data):
+                decode_utf8(Path(name).read_bytes(), name)
+        except BadInput as bad:
+            return bad
+        except OSError:
+            continue
+    where = candidates[0] if candidates else None
+    try:
+        decode_utf8(data, where, field=None if where else "--inventory")
+    except BadInput as bad:
+        return bad
+    return BadInput.single(f"not UTF-8 text: {exc.reason}", file=where)
 
 
 def _literal_lines(path: Path | None) -> dict[str, list[int]]:

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from fleet.domain.utf8 import decode_utf8
 from fleet.errors import BadInput, Problem
 
 EPOCH = datetime(2025, 1, 6, 8, 0, tzinfo=UTC)
@@ -235,7 +236,7 @@ class SimSpec(_Spec):
         if not p.is_file():
             raise BadInput.single("no such simulation spec", file=str(p))
         try:
-            data = yaml.safe_load(p.read_text()) or {}
+            data = yaml.safe_load(decode_utf8(p.read_bytes(), str(p))) or {}
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             raise BadInput.single(f"invalid YAML: {exc}", file=str(p),

@@ -21,6 +21,7 @@ from fleet.domain.matrix import rules
 from fleet.domain.matrix.models import Matrix
 from fleet.domain.matrix.profiles import MigPartedFile
 from fleet.domain.matrix.references import reference_problems
+from fleet.domain.utf8 import decode_utf8
 from fleet.domain.yaml_source import SourceMap, format_path, read_yaml
 from fleet.errors import BadInput, Problem
 
@@ -45,7 +46,8 @@ class LoadedMatrix:
 def _reader_beside(matrix_path: str | Path) -> Callable[[str], str]:
     """Reads a file named relative to the matrix's folder (a profile's mig-parted layout)."""
     def read(relative: str) -> str:
-        return (Path(matrix_path).parent / relative).read_text(encoding="utf-8")
+        path = Path(matrix_path).parent / relative
+        return decode_utf8(path.read_bytes(), str(path))
     return read
 
 
@@ -60,10 +62,7 @@ def load_matrix(path: str | Path, today: date | None = None) -> LoadedMatrix:
         raise BadInput.single("is a directory, not a matrix file", file=name) from None
     except OSError as exc:
         raise BadInput.single(f"cannot read: {exc.strerror or exc}", file=name) from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise BadInput.single(f"not UTF-8 text (byte {exc.start})", file=name) from None
+    text = decode_utf8(raw, name)
     return parse_matrix(text, name, today, read_beside=_reader_beside(path))
 
 
@@ -144,6 +143,9 @@ def read_mig_files(
         path = str(Path(file).parent / mig.file)
         try:
             text = read_beside(mig.file)
+        except BadInput as exc:  # not UTF-8: its line and column
+            problems += exc.problems
+            continue
         except (OSError, UnicodeDecodeError) as exc:
             problems.append(Problem(file, None, field, f"cannot read {path}: "
                                     f"{getattr(exc, 'strerror', None) or exc}"))
