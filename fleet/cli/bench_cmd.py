@@ -149,7 +149,7 @@ def run(
     from fleet.remote.session import patch_gevent
 
     _check_run_options(suite=suite, source=source, command=command, rate_scale=rate_scale,
-                       warmup=warmup, slo_ms=slo_ms)
+                       warmup=warmup, slo_ms=slo_ms, endpoint=endpoint)
     params: dict[str, Any]
     if suite == "synthetic":
         params = {"source": source, "repeats": repeats}
@@ -198,9 +198,15 @@ SOURCES = ("auto", "command", "dcgm", "cuda")
 
 
 def _check_run_options(*, suite: str, source: str, command: str | None, rate_scale: float,
-                       warmup: float, slo_ms: float | None) -> None:
+                       warmup: float, slo_ms: float | None,
+                       endpoint: str = "http://127.0.0.1:8000") -> None:
     """Every option value of `bench run`, before any host is reached (each one named)."""
+    from fleet.domain.endpoint import endpoint_problem
+
     problems = []
+    why = endpoint_problem(endpoint) if suite == "replay" and not command else None
+    if why:
+        problems.append(Problem(None, None, "--endpoint", why))
     if suite not in ("synthetic", "replay"):
         problems.append(Problem(None, None, "--suite", f"expected synthetic or replay, got "
                                                        f"{suite!r}"))

@@ -16,7 +16,6 @@ import base64
 import io
 import json
 import math
-import re
 import uuid
 import zlib
 from collections.abc import Mapping, Sequence
@@ -26,6 +25,7 @@ from typing import Any
 from pyinfra.api import FactBase  # type: ignore[attr-defined]
 
 from fleet.domain.bench_samples import check_samples
+from fleet.domain.endpoint import endpoint_problem
 from fleet.domain.ports import HostResult, Samples
 from fleet.remote.inline import inline_python_command
 
@@ -36,7 +36,6 @@ GPU_UTIL = BENCH_DIR / "gpu_util.py"  # wraps either: NVML utilization sampled d
 INLINE_TRACE_BYTES = 96 * 1024
 SUITES = ("synthetic", "replay")
 
-_ENDPOINT = re.compile(r"^http://[A-Za-z0-9.\-\[\]:]{1,255}(/[A-Za-z0-9._~/-]*)?$")
 _SOURCES = ("auto", "command", "dcgm", "cuda")
 
 
@@ -79,8 +78,9 @@ def replay_args(params: Mapping[str, Any]) -> list[str]:
         args += ["--command", command]
     else:
         endpoint = params.get("endpoint", "http://127.0.0.1:8000")
-        if not isinstance(endpoint, str) or not _ENDPOINT.fullmatch(endpoint):
-            raise ValueError(f"endpoint: expected http://HOST[:PORT][/PATH], got {endpoint!r}")
+        why = endpoint_problem(endpoint)
+        if why:
+            raise ValueError(f"endpoint: {why}")
         args += ["--endpoint", endpoint]
     for key, flag, default, lo, hi in (
         ("rate_scale", "--rate-scale", 1.0, 1e-3, 1e3),

@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, StrictBool, field_validator
 
+from fleet.domain.endpoint import endpoint_problem
 from fleet.domain.kube_selector import parse_selector
 from fleet.domain.matrix.base import Model as _Model
 from fleet.domain.matrix.profiles import PoolProfile
@@ -20,7 +21,6 @@ from fleet.domain.matrix.profiles import PoolProfile
 _PERCENT_RE = re.compile(r"^([0-9]{1,3})%$")
 
 _COMMAND_RE = re.compile(r"^[A-Za-z0-9_./:=,+@%-]+( [A-Za-z0-9_./:=,+@%-]+)*$")
-_ENDPOINT_RE = re.compile(r"^https?://[A-Za-z0-9.-]+(:\d{1,5})?(/[A-Za-z0-9_./%-]*)?$")
 
 
 def _check_command(value: str) -> str:
@@ -34,8 +34,11 @@ def _check_command(value: str) -> str:
 
 
 def _check_endpoint(value: str) -> str:
-    if not _ENDPOINT_RE.match(value):
-        raise ValueError("expected an http(s) URL such as 'http://127.0.0.1:8000/infer'")
+    """What the replay client on the hosts can use (fleet.domain.endpoint), refused here rather
+    than at the replay gate in the middle of a rollout."""
+    why = endpoint_problem(value)
+    if why:
+        raise ValueError(why)
     return value
 
 
