@@ -33,6 +33,32 @@ def kernel_log_readable(facts: HostFacts, exp: Expectations, th: Thresholds) -> 
         )
 
 
+@check("kernel_log.complete", ("kernel_log.events",),
+       "the kernel log was read whole since the last probe")
+def kernel_log_complete(facts: HostFacts, exp: Expectations, th: Thresholds) -> Iterable[Finding]:
+    """What the probe noted it could not read since its cursor: Xid events there are unverified,
+    so the log must not read as clean. Bytes skipped by a first probe (no cursor) are older
+    boots' lines over the size limit, which the probe never meant to read."""
+    log = facts.kernel_log
+    if log is None or log.events is None:
+        return
+    missed = []
+    if log.notes.get("rotated_tail_missing"):
+        missed.append("the rotated file holding the end of the last read was not found")
+    skipped = log.notes.get("skipped_bytes")
+    if log.since is not None and isinstance(skipped, int) and skipped > 0:
+        missed.append(f"{skipped} bytes written since the last probe were over the read limit")
+    if missed:
+        yield finding(
+            "kernel_log.complete",
+            WARN,
+            "none",
+            f"part of the kernel log since the last probe was not read ({'; '.join(missed)}): "
+            "Xid, fallen-off-the-bus and AER events there are unverified",
+            facts=["kernel_log.events"],
+        )
+
+
 @check("xid", ("kernel_log.events",), "Xid events judged by class (catalog severity)")
 def xid_events(facts: HostFacts, exp: Expectations, th: Thresholds) -> Iterable[Finding]:
     groups: dict[tuple[str | None, int], list[KernelEvent]] = {}

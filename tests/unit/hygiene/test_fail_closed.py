@@ -6,8 +6,11 @@ NVML unable to count its GPUs, ECC switched off, an unreadable kernel log.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from fleet.domain.checks import expectations_for, run_checks
 from fleet.domain.drift import DriftInput, audit_host
@@ -15,6 +18,7 @@ from fleet.domain.facts import HostFacts
 from fleet.errors import ExitCode
 from fleet.history import open_history
 from fleet.jobs.hygiene import run_hygiene
+from fleet.probe import hostprobe as hp
 from tests.unit.hygiene.fakes import (
     NOW,
     FakeBackend,
@@ -23,6 +27,7 @@ from tests.unit.hygiene.fakes import (
     example_matrix,
     fleet,
 )
+from tests.unit.probe.test_kernel_log_cursor import XID79, _line, _root
 
 
 def _doc(host: FakeHost) -> dict[str, Any]:
@@ -130,3 +135,52 @@ def test_an_unreadable_kernel_log_is_a_finding() -> None:
     d["kernel_log"] = {"source": None,
                        "events": {"error": "no_kernel_log", "detail": "dmesg, file, journal"}}
     assert ("fail", "kernel_log.readable") in _checks(HostFacts.model_validate(d))
+
+
+def _with_log(kernel_log: dict[str, Any]) -> HostFacts:
+    d = _doc(_host())
+    d["kernel_log"] = {k: v for k, v in kernel_log.items() if k != "tried"}
+    return HostFacts.model_validate(d)
+
+
+def test_kernel_log_lines_the_probe_could_not_read_are_a_warning(tmp_path: Path) -> None:
+    """Issue 31 defect 6, judged: the probe notes what it could not read since the last probe
+    (a rotated file gone before its tail was read, bytes over the size limit after the cursor);
+    Xid events there are unverified, so the audit says so instead of reading as clean."""
+    h = _root(tmp_path)
+    log = tmp_path / "var/log/kern.log"
+    log.write_text(_line(0, "Linux version 6.5.0"))
+    cursor = hp.probe_kernel_log(h, None, "file")["cursor"]
+    assert ("warn", "kernel_log.complete") not in _checks(_with_log(
+        hp.probe_kernel_log(h, None, "file")))  # a first probe reads its boot whole
+    with log.open("a") as f:
+        f.write(_line(9, XID79))
+    os.rename(log, str(log) + ".9")  # rotated under a name the probe does not look for
+    log.write_text(_line(19, "usb 1-1: new device"))
+    kl = hp.probe_kernel_log(h, cursor, "file")
+    assert kl["notes"] == {"rotated_tail_missing": True}
+    found = [f for f in run_checks(_with_log(kl), expectations_for(example_matrix(), "h100"),
+                                   example_matrix().policy.thresholds)
+             if f.check == "kernel_log.complete"]
+    assert [f.severity.value for f in found] == ["warn"]
+    assert "rotated" in found[0].message
+
+
+def test_bytes_skipped_after_the_cursor_are_a_warning_older_boots_are_not(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hp, "MAX_LOG_BYTES", 64 * 1024)
+    h = _root(tmp_path)
+    log = tmp_path / "var/log/kern.log"
+    filler = _line(1, "x" * 200)
+    log.write_text(filler * (hp.MAX_LOG_BYTES // len(filler) + 10)
+                   + _line(0, "Linux version 6.5.0"))
+    first = hp.probe_kernel_log(h, None, "file")
+    assert first["notes"].get("skipped_bytes")  # older boots, over the limit: not this boot
+    assert ("warn", "kernel_log.complete") not in _checks(_with_log(first))
+    with log.open("a") as f:  # more than the limit arrives between two probes
+        f.write(filler * (hp.MAX_LOG_BYTES // len(filler) + 10))
+    later = hp.probe_kernel_log(h, first["cursor"], "file")
+    assert later["notes"].get("skipped_bytes")
+    assert ("warn", "kernel_log.complete") in _checks(_with_log(later))
+    assert ("warn", "kernel_log.complete") not in _checks(_with_log(
+        hp.probe_kernel_log(h, later["cursor"], "file")))  # nothing new, nothing missed

@@ -356,6 +356,12 @@ CASES: list[tuple[str, dict[str, Any], tuple[str, str, str]]] = [
         healthy(kernel_log={"source": None, "events": {"error": "no_kernel_log"}}),
         ("kernel_log.readable", "fail", "none"),
     ),
+    (
+        "kernel log since the last probe partly unread (issue 31)",
+        healthy(kernel_log={"source": "file", "since": "file:7:100", "events": [],
+                            "notes": {"skipped_bytes": 4096}}),
+        ("kernel_log.complete", "warn", "none"),
+    ),
     ("nvml fallback", healthy(source="nvidia-smi"), ("probe.source", "warn", "none")),
     (
         "no source at all",
