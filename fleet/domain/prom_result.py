@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import datetime
+from typing import Any, Protocol
 
 MAX_SERIES = 10_000  # more series than a gate asks for means a wrong query: refused
 
@@ -61,6 +62,16 @@ class QueryResult:
             if key is not None and s.points:
                 out.setdefault(key, []).extend(s.values())
         return out
+
+
+class MetricsSource(Protocol):
+    """What the live gate asks of Prometheus (`fleet.prometheus.PrometheusSource`; a test
+    serves recorded answers)."""
+
+    def instant(self, query: str, at: datetime | None = None) -> QueryResult: ...
+
+    def range(self, query: str, start: datetime, end: datetime,
+              step_s: float) -> QueryResult: ...
 
 
 def failed(query: str, error: str) -> QueryResult:

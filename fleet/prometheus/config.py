@@ -71,6 +71,9 @@ def shown_url(url: str) -> str:
 
 def check_url(url: str, where: str) -> str:
     url = url.strip()
+    if shown_url(url) != url:
+        raise BadInput(f"{where}: a user or password in the URL would be shown and recorded: "
+                       f"give {shown_url(url)!r} and set {USER_ENV} and {PASSWORD_ENV}[_FILE]")
     if not _URL_RE.match(url):
         raise BadInput(f"{where}: {shown_url(url)!r} is not an http(s) URL of a Prometheus "
                        "server (e.g. http://prometheus:9090)")

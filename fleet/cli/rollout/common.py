@@ -38,6 +38,11 @@ SchedulerOpt = Annotated[str | None, typer.Option(
     "administrative states from (default: the inventory's `scheduler` host data, else none).")]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
 
+PrometheusOpt = Annotated[str | None, typer.Option(
+    "--prometheus", metavar="URL", show_default=False,
+    help="Prometheus server the live gate asks (default: FLEET_PROMETHEUS_URL, else the "
+         "inventory's prometheus_url data); credentials only from the environment.")]
+
 ForceOpt = Annotated[bool, typer.Option(
     "--force", help="Take over a stale lock (its controller died or hangs); recorded.")]
 ReasonOpt = Annotated[str | None, typer.Option("--reason", help="Why (recorded).")]

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from fleet.cli.rollout.common import ForceOpt, JsonFlag, ReasonOpt, no_rollout
+from fleet.cli.rollout.common import ForceOpt, JsonFlag, PrometheusOpt, ReasonOpt, no_rollout
 from fleet.cli.rollout.drive import drive
 from fleet.cli.rollout.group import app
 from fleet.errors import BadInput
@@ -43,36 +43,37 @@ def _options(ctx: typer.Context, rollout_id: int) -> dict[str, Any]:
 
 @app.command("resume")
 def resume_cmd(ctx: typer.Context, rollout_id: Annotated[int, typer.Argument(metavar="ID")],
-               force: ForceOpt = False, json_out: JsonFlag = False) -> None:
+               force: ForceOpt = False, prometheus: PrometheusOpt = None,
+               json_out: JsonFlag = False) -> None:
     """Continue a rollout whose controller stopped (killed, crashed); a paused one stays paused."""
     mpath, source = _recorded(ctx, rollout_id)
     drive(ctx, mpath, source, json_out, lambda e: e.resume(rollout_id, force=force),
-          options=_options(ctx, rollout_id), rollout_id=rollout_id)
+          options=_options(ctx, rollout_id), rollout_id=rollout_id, prometheus=prometheus)
 
 
 @app.command("promote")
 def promote_cmd(ctx: typer.Context, rollout_id: Annotated[int, typer.Argument(metavar="ID")],
                 reason: ReasonOpt = None, force: ForceOpt = False,
-                json_out: JsonFlag = False) -> None:
-    """Pass the paused wave's inconclusive benchmark gate by hand and continue the rollout
-    (refused for a wave paused on its drain: see keep-waiting)."""
+                prometheus: PrometheusOpt = None, json_out: JsonFlag = False) -> None:
+    """Pass the paused wave's inconclusive benchmark or live gate by hand and continue the
+    rollout (refused for a wave paused on its drain: see keep-waiting)."""
     mpath, source = _recorded(ctx, rollout_id)
     drive(ctx, mpath, source, json_out,
           lambda e: e.promote(rollout_id, force=force, reason=reason),
-          options=_options(ctx, rollout_id), rollout_id=rollout_id)
+          options=_options(ctx, rollout_id), rollout_id=rollout_id, prometheus=prometheus)
 
 
 @app.command("keep-waiting")
 def keep_waiting_cmd(ctx: typer.Context,
                      rollout_id: Annotated[int, typer.Argument(metavar="ID")],
                      reason: ReasonOpt = None, force: ForceOpt = False,
-                     json_out: JsonFlag = False) -> None:
+                     prometheus: PrometheusOpt = None, json_out: JsonFlag = False) -> None:
     """After a drain-timeout pause: wait a whole drain timeout again for the wave's jobs; the
     wave then goes through every gate (promote is refused there: no gate has run)."""
     mpath, source = _recorded(ctx, rollout_id)
     drive(ctx, mpath, source, json_out,
           lambda e: e.keep_waiting(rollout_id, force=force, reason=reason),
-          options=_options(ctx, rollout_id), rollout_id=rollout_id)
+          options=_options(ctx, rollout_id), rollout_id=rollout_id, prometheus=prometheus)
 
 
 @app.command("abort")

@@ -55,7 +55,7 @@ def show_waves(engine: Any) -> None:
 def drive(ctx: typer.Context, matrix_path: str, source: dict[str, Any], json_out: bool,
           action: Any, *, create: bool = False, build: dict[str, Any] | None = None,
           options: dict[str, Any] | None = None, rollout_id: int | None = None,
-          matrix: Matrix | None = None) -> None:
+          matrix: Matrix | None = None, prometheus: str | None = None) -> None:
     """Run one engine operation with the live display, then report and exit by outcome.
 
     A rollout that completed while its plan skipped unreachable hosts did not do all it was
@@ -87,6 +87,8 @@ def drive(ctx: typer.Context, matrix_path: str, source: dict[str, Any], json_out
         engine = RolloutEngine(backend, sched, history, m, now=now, sleep=sleep,
                                options=opts, on_progress=progress)
         made.append(engine)
+        engine.opts.live_source = _live_source(m, prometheus or source.get("prometheus"),
+                                               engine.refs.values())
         if console.is_terminal:
             live = Live(console=console, refresh_per_second=5, transient=True)
             live.start()
@@ -123,6 +125,18 @@ def drive(ctx: typer.Context, matrix_path: str, source: dict[str, Any], json_out
         raise CouldNotComplete(f"rollout {result.rollout_id} {result.status} without "
                                f"{len(left)} unreachable host(s), still on whatever they ran: "
                                f"{known(left)}")
+
+
+def _live_source(m: Matrix, url: str | None, refs: Any) -> Any:
+    """The Prometheus source of the live gate, where a pool enables it and a server is named
+    (`--prometheus`, FLEET_PROMETHEUS_URL, inventory data `prometheus_url`); else None, and
+    such a pool's live gate could not measure (it pauses)."""
+    if not any(p.rollout.gates.live.enabled for p in m.pools.values()):
+        return None
+    from fleet.prometheus import PrometheusSource, resolve
+
+    target = resolve(url, [r.data for r in refs])
+    return PrometheusSource(target) if target is not None else None
 
 
 def _split(history: Any, result: Any, db: str) -> list[dict[str, Any]]:

@@ -14,6 +14,7 @@ from fleet.cli.rollout.common import (
     LimitOpt,
     MatrixOpt,
     PoolOpt,
+    PrometheusOpt,
     SchedulerOpt,
     SeedOpt,
     SimOpt,
@@ -54,6 +55,7 @@ def start_cmd(
     release: Annotated[str | None, typer.Option(
         "--release", "-r", help="Target release (default: each pool's golden release).")] = None,
     scheduler: SchedulerOpt = None,
+    prometheus: PrometheusOpt = None,
     rollback_scope: Annotated[Literal["wave", "all"], typer.Option(
         "--rollback-scope", help="On a failed wave roll back: wave (its hosts) or all (every "
                                  "host moved so far in the pool).")] = "wave",
@@ -107,6 +109,10 @@ def start_cmd(
         if why_new is not None:
             source["new_because"] = why_new
         say_where(db, source, dry=dry)
+    if prometheus is not None:  # recorded: resume and promote ask the same server
+        from fleet.prometheus.config import check_url
+
+        source["prometheus"] = check_url(prometheus, "--prometheus")
     if dry:
         from fleet.cli.rollout.dry import start_dry
 

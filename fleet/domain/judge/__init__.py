@@ -32,6 +32,7 @@ the metric flag), `metrics` (one metric by kind), `verdict` (the canary's verdic
 """
 
 from fleet.domain.judge.metrics import (
+    judge_counts,
     judge_location,
     judge_metric,
     judge_rate,
@@ -68,7 +69,7 @@ __all__ = [
     "GPU_UTIL", "MIN_SAMPLES", "MIN_WIDTH", "TAIL_EVENTS", "UTILIZATION", "VERDICTS",
     "WIDTH_FACTOR", "BaselineSource", "Direction", "JudgeConfig", "Judgement", "Kind",
     "MetricSpec", "MetricVerdict", "Verdict", "bootstrap_quantile_ratio", "choose_baseline",
-    "decide_shift", "default_spec", "hodges_lehmann", "is_utilization", "judge",
+    "decide_shift", "default_spec", "hodges_lehmann", "is_utilization", "judge", "judge_counts",
     "judge_location", "judge_metric", "judge_rate", "judge_run", "judge_tail",
     "newcombe_interval", "overall", "parse_metric_flag", "welch_log_interval",
 ]

@@ -150,11 +150,25 @@ def judge_rate(spec: MetricSpec, c: NDArray[np.float64], b: NDArray[np.float64],
             return replace(v, verdict="inconclusive",
                            reason=f"{spec.name}: inconclusive: a rate metric needs per-request "
                                   "0/1 outcomes, got other values")
+    return judge_counts(spec, int(c.sum()), len(c), int(b.sum()), len(b), cfg)
+
+
+def judge_counts(spec: MetricSpec, kc: int, nc: int, kb: int, nb: int,
+                 cfg: JudgeConfig | None = None) -> MetricVerdict:
+    """A rate metric from counts: `kc` of `nc` canary requests (`kb` of `nb` baseline ones)
+    were errors (successes for a `higher` metric). What `judge_rate` does with 0/1 samples,
+    for sources that count requests instead of listing them (a Prometheus counter)."""
+    cfg = cfg or JudgeConfig()
+    v = _base(spec, "rate", spec.name, nc, nb, spec.allowance)
+    if not nc or not nb:
+        return _nodata(v)
+    if not (0 <= kc <= nc and 0 <= kb <= nb):
+        return replace(v, verdict="inconclusive",
+                       reason=f"{spec.name}: inconclusive: counts out of range "
+                              f"({kc}/{nc} vs {kb}/{nb})")
     need = cfg.min_samples.get("rate", MIN_SAMPLES["rate"])
-    if min(len(c), len(b)) < need:
+    if min(nc, nb) < need:
         return _too_few(v, need)
-    kc, kb = int(c.sum()), int(b.sum())
-    nc, nb = len(c), len(b)
     if spec.direction == "higher":  # a success rate: judge the failures instead
         kc, kb = nc - kc, nb - kb
     d, lo, hi = newcombe_interval(kc, nc, kb, nb, cfg.confidence)

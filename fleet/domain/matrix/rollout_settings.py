@@ -16,6 +16,7 @@ from pydantic import AfterValidator, BeforeValidator, Field, StrictBool, field_v
 from fleet.domain.endpoint import endpoint_problem
 from fleet.domain.kube_selector import parse_selector
 from fleet.domain.matrix.base import Model as _Model
+from fleet.domain.matrix.live_settings import LiveGateSettings
 from fleet.domain.matrix.profiles import PoolProfile
 
 _PERCENT_RE = re.compile(r"^([0-9]{1,3})%$")
@@ -124,6 +125,7 @@ class GateSettings(_Model):
     benchmark_repeats: int = Field(default=3, ge=1, le=100,
                                    description="Runs of the synthetic benchmark per host.")
     replay_endpoint: Annotated[str, AfterValidator(_check_endpoint)] | None = None
+    live: LiveGateSettings = LiveGateSettings()
 
     def suite_params(self) -> dict[str, dict[str, str | int]]:
         """Per-suite parameters for `Backend.benchmark` from these settings."""

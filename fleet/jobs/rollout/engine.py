@@ -23,6 +23,7 @@ from fleet.history.rollouts import (
     subject_of,
 )
 from fleet.jobs.rollout.benchgate import BenchGate
+from fleet.jobs.rollout.livegate import LiveGate
 from fleet.jobs.rollout.model import (
     _UNLOCK,
     RolloutResult,
@@ -35,7 +36,7 @@ from fleet.jobs.rollout.startplan import nothing_reason, plan_start
 from fleet.jobs.rollout.steps import WaveSteps
 
 
-class RolloutEngine(WaveSteps, BenchGate, Rollbacks):
+class RolloutEngine(WaveSteps, BenchGate, LiveGate, Rollbacks):
     """Runs, resumes, promotes and aborts rollouts (see the module doc).
 
     `now` stamps the history (a `SimClock` in rehearsals); `sleep(seconds)` waits out bake
@@ -119,13 +120,19 @@ class RolloutEngine(WaveSteps, BenchGate, Rollbacks):
         self._take(rollout_id, force, "rollout.promote.lock", None)
         self._load()
         wave = next((w for w in self.waves if w.status == "paused"), None)
+        # a wave paused by its live gate is back in service: that gate is the one passed
+        live = [r for r in self.by_wave.get(wave.id, [])
+                if r.detail.get("live_gate") == "paused"] if wave else []
+        for r in live:
+            r.detail = {**r.detail, "live_gate": "promoted"}
+        gate = "live" if live else "benchmark"
         events = [EventRow("rollout.promote", subject_of(rollout_id),
                            f"wave {wave.index if wave else '?'} promoted by {self.actor}: "
-                           "its inconclusive benchmark gate passed by hand"
+                           f"its inconclusive {gate} gate passed by hand"
                            + (f" ({reason})" if reason else ""),
                            {"wave": wave.index if wave else None, "reason": reason,
-                            "gate": "benchmark", "was": "inconclusive"})]
-        self._write([], events=events, rollout={"status": "running"},
+                            "gate": gate, "was": "inconclusive"})]
+        self._write(live, events=events, rollout={"status": "running"},
                     wave=(wave.id, {"status": "running", "verdict": "pass"}) if wave else None,
                     label="promote")
         if wave is not None:
@@ -283,6 +290,7 @@ class RolloutEngine(WaveSteps, BenchGate, Rollbacks):
             self._bake(w, rows, settings)
         self._repair(w, rows)
         self._undrain(w, rows)
+        self._live_gate(w, rows, settings)
         w.status = "done"
         self._write([], wave=(w.id, {"status": "done", "ended_at": self.now()}),
                     events=[self._ev("rollout.wave", f"wave {w.index} ({w.pool}) done: "

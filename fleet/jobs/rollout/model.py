@@ -15,6 +15,7 @@ from fleet.domain.gates import (
 from fleet.domain.judge import JudgeConfig, MetricSpec
 from fleet.domain.plan import RolloutPlan
 from fleet.domain.ports import AdminState, Scheduler
+from fleet.domain.prom_result import MetricsSource
 from fleet.history.controllers import CONTROLLER_ENV as CONTROLLER_ENV
 from fleet.history.controllers import controller_name as controller_name
 from fleet.history.rollouts import (
@@ -58,6 +59,8 @@ class RolloutOptions:
     # host call started, a history write) within this; past it a hung controller goes stale
     quiet_limit_s: float = 3600.0
     reboot_timeout_s: float = 900.0  # a node rebooted through the scheduler must be back
+    # the live gate's Prometheus (None: a pool with `gates.live` enabled could not measure)
+    live_source: MetricsSource | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {"rollback_scope": self.rollback_scope, "stale_after_s": self.stale_after_s,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import urllib.parse
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -44,3 +45,64 @@ def serve(answers: Mapping[str, str] | Callable[[str, str], str | None],
 def source(transport: httpx.BaseTransport, *, url: str = "http://prom.test:9090",
            **target: Any) -> PrometheusSource:
     return PrometheusSource(Target(url, "--prometheus", **target), transport=transport)
+
+
+_HOSTS_RE = re.compile(r'=~"\((.*?)\)\(:\[0-9\]\+\)\?"')
+_MODEL_RE = re.compile(r'model(?:_name)?="([^"]*)"')
+_WINDOW_RE = re.compile(r"\[(\d+)s\]\)\)$")
+
+
+class FakePrometheus:
+    """A Prometheus for the simulated fleet, answering in the recorded answers' own format:
+    each host of the query gets the recorded series of `gpu-01` (the slow one: llama's
+    latency twice as long) when `slow(host, model)` says so, else `gpu-02`'s. Request counts
+    are the recorded ones (50 requests/s over 5 s) scaled to the query's window times
+    `traffic`; each value varies by up to 2% from step to step and host to host. `down` makes
+    every request a refused connection."""
+
+    def __init__(self, slow: Callable[[str, str], bool] = lambda h, m: False, *,
+                 traffic: float = 1.0) -> None:
+        self.slow, self.traffic, self.down = slow, traffic, False
+        self.queries: list[str] = []
+
+    def transport(self) -> httpx.MockTransport:
+        return httpx.MockTransport(self._handle)
+
+    def source(self) -> PrometheusSource:
+        return source(self.transport())
+
+    def _handle(self, request: httpx.Request) -> httpx.Response:
+        if self.down:
+            raise httpx.ConnectError("connection refused", request=request)
+        query = urllib.parse.parse_qs(request.content.decode()).get("query", [""])[0]
+        self.queries.append(query)
+        if query.startswith("count by ("):
+            rec = recorded("vllm-models-instant")
+            return httpx.Response(200, json=rec["body"])
+        match = _HOSTS_RE.search(query)
+        hosts = match.group(1).replace("\\\\", "").split("|") if match else []
+        model = (_MODEL_RE.findall(query) or [""])[0]
+        if request.url.path.endswith("query_range"):
+            name, scale = "vllm-p95-range", 1.0
+        elif query.startswith("sum by (") and "increase(" in query:
+            window = _WINDOW_RE.search(query)
+            name = "triton-requests-instant"
+            scale = (int(window.group(1)) if window else 5) / 5 * self.traffic
+        else:
+            name, scale = "vllm-p99-instant", 1.0
+        body = recorded(name)["body"]
+        by_host = {s["metric"]["host"]: s for s in body["data"]["result"]}
+        result = []
+        for h in hosts:
+            tpl = by_host["gpu-01" if self.slow(h, model) else "gpu-02"]
+            item: dict[str, Any] = {"metric": {"host": h}}
+            for key in ("value", "values"):
+                if key in tpl:
+                    pts = [tpl[key]] if key == "value" else tpl[key]
+                    # each step within +-2% of the recorded value, as real traffic varies
+                    pts = [[t, repr(float(v) * scale * (1 + 0.01 * ((i * 7 + len(h)) % 5 - 2)))]
+                           for i, (t, v) in enumerate(pts)]
+                    item[key] = pts[0] if key == "value" else pts
+            result.append(item)
+        return httpx.Response(200, json={"status": "success", "data": {
+            "resultType": body["data"]["resultType"], "result": result}})
