@@ -25,6 +25,23 @@ from fleet.jobs.rollout.model import _UNLOCK, _is_failure, _moved, _Stop
 
 UNKNOWN_TRIES = 3
 """Reads of a host's state before fleet gives up on an undrain (a flaky `scontrol`)."""
+SAID_HOSTS, SAID_CHARS = 3, 400
+"""How many failed hosts a failed health gate's reason names, and how much of each error."""
+
+
+def _failures(rows: list[StepRow]) -> str:
+    """Which hosts failed and why, for the gate's reason: the budget alone does not say what
+    to fix (a reboot the pre-reboot gate refused names the kernel and the fix)."""
+    failed = [r for r in rows if _is_failure(r)]
+    if not failed:
+        return ""
+    said = []
+    for r in failed[:SAID_HOSTS]:
+        err = str(r.detail.get("error") or "failed")
+        err = err if len(err) <= SAID_CHARS else err[:SAID_CHARS - 3] + "..."
+        said.append(f"{r.host} failed at {r.detail.get('failed_at') or '?'}: {err}")
+    more = len(failed) - SAID_HOSTS
+    return f" ({'; '.join(said)}" + (f"; {more} more" if more > 0 else "") + ")"
 
 
 class WaveSteps(EngineCore):
@@ -321,6 +338,8 @@ class WaveSteps(EngineCore):
                                                    "undraining", "done"))
         verdict, why = health_verdict(failed, total, Budget(settings.failure_budget_per_wave,
                                                             settings.failure_budget_total), moved)
+        if verdict == "fail":
+            why += _failures(rows)
         self.gates[w.id] = {"health": {"verdict": verdict, "reason": why}}
         if verdict == "fail":
             self._write([], events=[self._ev("rollout.gate", f"wave {w.index} ({w.pool}): "

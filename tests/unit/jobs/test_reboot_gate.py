@@ -169,6 +169,27 @@ def test_backends_refuse_a_reboot_without_a_pass(matrix: Matrix) -> None:
         fleet.scheduler().reboot_nodes([h], "x", timeout_s=1, gate=None)  # type: ignore[arg-type]
 
 
+def test_ssh_backend_and_slurm_refuse_a_reboot_without_a_pass_before_any_command(
+        tmp_path: Path) -> None:
+    """The real backends check the pass before they connect or run anything: no pass, or a
+    pass made for another host, reaches neither pyinfra nor `scontrol reboot`."""
+    from fleet.remote.backend import SshBackend
+    from fleet.schedulers.slurm import SlurmScheduler
+
+    inv = tmp_path / "inv.py"
+    inv.write_text("gpu = [('h1', {'ssh_hostname': '192.0.2.1'}), "
+                   "('h2', {'ssh_hostname': '192.0.2.2'})]\n")
+    other = RebootPass([judge_next_boot("h1", boot(), DRV)])
+    ran: list[list[str]] = []
+    slurm = SlurmScheduler(lambda argv, t: (ran.append(argv), (0, "", ""))[1])
+    for gate in (None, other):
+        with pytest.raises(RebootNotGated):
+            SshBackend(inv, connect_timeout=1).reboot(["h2"], gate=gate)  # type: ignore[arg-type]
+        with pytest.raises(RebootNotGated):
+            slurm.reboot_nodes(["h2"], "x", timeout_s=1, gate=gate)  # type: ignore[arg-type]
+    assert ran == []
+
+
 def test_gated_reboot_refuses_the_broken_host_only(matrix: Matrix) -> None:
     fleet = SimFleet.build(matrix, 8, seed=1)
     a, b = (r.name for r in fleet.hosts()[:2])
@@ -206,8 +227,14 @@ def test_rollout_never_reboots_a_host_the_gate_refuses(matrix: Matrix, tmp_path:
     assert res.status == "rolled_back"
     step = next(s for s in rig.steps(res.rollout_id) if s.host == first)
     assert step.state == "failed" and step.detail.get("quarantined")
-    said = " ".join(e.message or "" for e in rig.events(res.rollout_id)) + str(step.detail)
-    assert f"kernel {NEW} has no nvidia" in said
+    refused = f"{first}: failed at reboot: the next reboot of {first} would lose the GPU driver"
+    assert any(refused in (e.message or "") for e in rig.events(res.rollout_id))
+    # the rollback put the packages back; its health check still finds the next boot broken
+    assert step.detail["failed_at"] == "rollback"
+    assert f"kernel {NEW} has no nvidia" in step.detail["error"]
+    # the rollout's own reason names the host and the kernel, not only the blown budget
+    assert f"({first} failed at reboot: the next reboot of {first}" in res.reason
+    assert f"kernel {NEW} has no nvidia 595.58.03 module" in res.reason
     assert rig.fleet.probe_document(first)["identity"]["boot_id"] == boot_id  # never rebooted
     assert rig.fleet.scheduler().state(first).state in ("drained", "draining")
     others = [s for s in rig.steps(res.rollout_id) if s.host != first]
@@ -217,6 +244,9 @@ def test_rollout_never_reboots_a_host_the_gate_refuses(matrix: Matrix, tmp_path:
 
 # ------------------------------------------------------------ no reboot outside the gate
 _CALL = re.compile(r"\.(reboot|reboot_nodes)\(|server\.reboot\b")
+_SHELL = re.compile(r"""['"][^'"]*(?<![\w/-])(systemctl\s+(reboot|kexec)|shutdown\s+-r|"""
+                    r"""reboot\s+(-f|now)|(/usr)?/sbin/reboot|init\s+6|kexec\s+-e)\b""")
+"""A reboot typed as a shell command (`backend.exec("systemctl reboot")`) skips the gate too."""
 _ALLOWED = {
     "fleet/jobs/reboot_gate.py",  # the one caller: backend.reboot(names, gate=...)
     "fleet/sim/scheduler.py",  # scontrol reboot in the simulation reboots the sim fleet (gated)
@@ -228,7 +258,8 @@ _ALLOWED = {
 
 def test_no_reboot_call_site_outside_the_gate() -> None:
     """Every `.reboot(` / `.reboot_nodes(` / `server.reboot(` in the shipped code is the gate,
-    a backend behind its pass, or a lambda handed to the gate (`reboot=`)."""
+    a backend behind its pass, or a lambda handed to the gate (`reboot=`); no shipped string
+    is a shell command that reboots."""
     bad = []
     for path in sorted([*ROOT.glob("fleet/**/*.py"), *ROOT.glob("playbooks/*.py")]):
         rel = path.relative_to(ROOT).as_posix()
@@ -237,6 +268,9 @@ def test_no_reboot_call_site_outside_the_gate() -> None:
         lines = path.read_text().splitlines()
         for i, line in enumerate(lines):
             code = line.split("#", 1)[0]
+            if _SHELL.search(line):
+                bad.append(f"{rel}:{i + 1}: {line.strip()}")
+                continue
             if not _CALL.search(code):
                 continue
             window = "\n".join(lines[max(0, i - 3):i + 1])
