@@ -1,7 +1,9 @@
 """The pre-reboot gate over real SSH on the lab (root; CI runs it): with `kernel-without-module`
 or `secure-boot-unsigned` injected, `fleet check` fails before any reboot, `fleet apply` of a
 release that needs a reboot refuses without rebooting (boot id unchanged) and names the kernel,
-and after `fleet lab reset` the same apply goes through.
+and after `fleet lab reset` the same apply goes through; a rollout that reaches the host does not
+reboot it either: the step fails naming the kernel, the wave is rolled back, the host stays
+drained by fleet.
 
 h3 is the lab's A100 host (pool a100); the test pins r580 on it first, then each case moves it
 to the other of r570 and r580, which changes the kernel module (a reboot).
@@ -10,16 +12,22 @@ to the other of r570 and r580, which changes the kernel module (a reboot).
 from __future__ import annotations
 
 import os
+import subprocess
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from fleet.lab import boot as lab_boot
 from fleet.lab import lab
+from fleet.lab.slurm_health import set_health_interval
 from tests.integration.remote.test_pin_on_lab import INVENTORY, MATRIX, fleet, wait_for_ssh
 
 pytestmark = pytest.mark.lab
 HOST = "h3"
+LAB_MATRIX = str(Path(__file__).resolve().parents[3] / "matrices" / "lab.yaml")
+QUIET_INTERVAL_S = 3600
 
 
 @pytest.fixture(scope="module")
@@ -71,3 +79,82 @@ def test_gate_refuses_then_reset_lets_the_same_apply_through(env, lab_paths, hos
     rc, doc = fleet(env, "apply", "-r", target, "-l", HOST)
     assert rc == 0, doc
     assert doc["hosts"][0]["rebooted"] and h.boot_id() != boot
+
+
+@pytest.fixture
+def quiet_health(lab_paths, lab_state, slurm_env, hosts) -> Iterator[None]:  # noqa: ANN001
+    """h3 in service, and no `fleet node-check` on it while the test's fault is in.
+
+    The lab's HealthCheckProgram drains a node on any failing check (`fleet: health: ...`), and
+    such a drain stays until someone resumes it: the fault itself would drain h3 within the
+    30 s interval, and so does any moment the cases above leave its packages ahead of the
+    loaded module (`driver.agreement`), which an apply then leaves drained. A rollout never
+    takes over a drain it did not make: it skips the host ('drained by someone else') and
+    never reaches the gate. So the interval goes up for the test (back after), a check already
+    running is waited out, then `lab reset` resumes a health drain and any drain the cases
+    left is resumed too (this module owns h3)."""
+    conf = Path(lab_state.slurm_conf)
+    before = set_health_interval(conf, QUIET_INTERVAL_S, slurm_env)
+    try:
+        deadline, clear = time.monotonic() + 60, 0
+        while clear < 5:  # none running at five looks over a second
+            running = hosts[HOST].sh("pgrep -f '[n]ode-check'", check=False)[0] == 0
+            clear = 0 if running else clear + 1
+            assert time.monotonic() < deadline, "a node-check on h3 still runs after 60 s"
+            time.sleep(0.2)
+        lab.reset(lab_paths, HOST)
+        if "DRAIN" in _node(slurm_env)[0]:
+            _resume(slurm_env)
+        assert _node(slurm_env)[0].rstrip("*") == "IDLE", _node(slurm_env)
+        yield
+    finally:
+        set_health_interval(conf, before, slurm_env)
+
+
+def test_a_rollout_reaching_a_host_the_gate_refuses_does_not_reboot_it(
+        env, lab_paths, hosts, slurm_env, quiet_health) -> None:  # noqa: ANN001
+    """A rollout of pool a100 (h3 alone; `matrices/lab.yaml`: no bake, failure budget 0) with
+    `kernel-without-module` on h3: fleet drains h3 in Slurm, installs the packages, and the
+    gate refuses the reboot: boot id unchanged, the step fails naming the kernel, the policy
+    rolls the wave back (packages back, the loaded module still theirs: no reboot either), and
+    h3 stays drained by fleet (quarantined: its next boot would still lose the driver)."""
+    h = hosts[HOST]
+    on = h.sh("cat /var/lib/gpusim/module.pending")[1].strip()
+    target = next(r for r, v in DRIVERS.items() if v != on)
+    lab.inject(lab_paths, HOST, ["kernel-without-module"])
+    boot = h.boot_id()
+    e = {**env, "FLEET_MATRIX": LAB_MATRIX}
+    try:
+        rc, doc = fleet(e, "rollout", "start", "--pool", "a100", "--release", target)
+        assert rc == 1 and doc["status"] == "rolled_back", doc
+        assert h.boot_id() == boot
+        said = f"kernel {lab_boot.NEWER} has no nvidia {DRIVERS[target]} module"
+        assert f"({HOST} failed at reboot: the next reboot of " in doc["reason"], doc["reason"]
+        assert said in doc["reason"], doc["reason"]
+        rc, st = fleet(e, "rollout", "status", str(doc["rollout_id"]), "--hosts")
+        (step,) = [s for s in st["host_steps"] if s["host"] == HOST]
+        # the rollback put the packages back; its health check still finds the next boot
+        # broken (now for the driver loaded, which the packages match again): quarantined
+        assert step["state"] == "failed" and step["detail"].get("quarantined"), step
+        assert f"kernel {lab_boot.NEWER} has no nvidia" in step["detail"]["error"], step
+        state, reason = _node(slurm_env)
+        assert "DRAIN" in state and reason.startswith("fleet:") and "health:" not in reason, (
+            state, reason)
+        assert h.sh("cat /var/lib/gpusim/module.pending")[1].strip() == on  # packages back
+    finally:
+        lab.reset(lab_paths, HOST)
+        _resume(slurm_env)  # fleet's quarantine drain: the fault is gone with the reset
+    assert h.boot_id() == boot
+
+
+def _resume(slurm_env: dict[str, str]) -> None:
+    subprocess.run(["scontrol", "update", f"nodename={HOST}", "state=resume"], env=slurm_env,
+                   capture_output=True, timeout=30, check=False)
+
+
+def _node(slurm_env: dict[str, str]) -> tuple[str, str]:
+    """h3's (state, reason) as `sinfo` prints them."""
+    out = subprocess.run(["sinfo", "-h", "-N", "-n", HOST, "-o", "%T|%E"], env=slurm_env,
+                         capture_output=True, text=True, timeout=30, check=True).stdout
+    state, _, reason = out.strip().splitlines()[0].partition("|")
+    return state.upper(), reason
