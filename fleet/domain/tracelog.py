@@ -63,9 +63,16 @@ def _bad_request(method: str, path: str) -> Bad | None:
     return None
 
 
+_PROTOCOL = re.compile(r"HTTP/[0-9](?:\.[0-9])?")
+
+
 def _parse_request_line(text: str) -> tuple[str, str] | None:
-    parts = text.split()
-    if len(parts) >= 2 and parts[0].isalpha() and parts[1].startswith("/"):
+    """`METHOD /path[ HTTP/x.y]`, split at single spaces only: a path with a space, a tab or
+    another separator Python's split() knows (0x1c-0x1f, NEL) is refused, never cut short into
+    another request."""
+    parts = text.split(" ")
+    if (2 <= len(parts) <= 3 and parts[0].isalpha() and parts[1].startswith("/")
+            and (len(parts) == 2 or _PROTOCOL.fullmatch(parts[2]))):
         return parts[0].upper(), parts[1]
     return None
 
@@ -144,8 +151,9 @@ def parse_json_line(line_no: int, text: str) -> LogRequest | Bad:
     method, path = doc.get("method"), next((doc[k] for k in _PATH_KEYS if k in doc), None)
     if path is None and isinstance(doc.get("request"), str):
         parsed = _parse_request_line(doc["request"])
-        if parsed:
-            method, path = parsed
+        if parsed is None:
+            return "request", f"{doc['request'][:40]!r} is not 'METHOD /path PROTOCOL'"
+        method, path = parsed
     if not isinstance(path, str) or not path.startswith("/"):
         return None, "no request path (path, uri, url or request)"
     dkey = next((k for k in _DURATION_KEYS if isinstance(doc.get(k), int | float)
@@ -169,7 +177,7 @@ def parse_json_line(line_no: int, text: str) -> LogRequest | Bad:
         return "status", why
     if method is not None and not isinstance(method, str):
         return "method", f"{method!r} is not an HTTP method"
-    verb, target = (method or "GET").upper(), path.split(" ")[0]
+    verb, target = (method or "GET").upper(), path  # never cut at a space: refused whole
     bad = _bad_request(verb, target)
     if bad:
         return bad
