@@ -12,12 +12,15 @@ Exit codes of `fleet bench compare` (the judge's verdict, for scripts and CI):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
 import sys
+import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import IO, Annotated, Any, Literal
 
 import typer
 
@@ -274,8 +277,7 @@ def trace_from_log(
     ] = False,
 ) -> None:
     """Convert an access log into a replay trace (JSON lines, arrival offsets in seconds)."""
-    from fleet.domain.tracelog import MAX_PROBLEMS
-    from fleet.domain.tracelog import trace_from_log as convert
+    from fleet.domain.tracelog import MAX_PROBLEMS, TraceBuilder
 
     if fmt not in ("auto", "nginx", "jsonl"):
         raise BadInput.single("expected auto, nginx or jsonl", field="--format")
@@ -284,32 +286,67 @@ def trace_from_log(
                               "with --output FILE", field="--output")
     if not log.is_file():
         raise BadInput.single("no such file", file=str(log))
-    with log.open(encoding="utf-8", errors="replace") as f:
-        trace, problems = convert(f, fmt=fmt, source=str(log), expect_size=expect_size,
-                                  only_ok=only_ok)
-    if problems and not skip_bad:
-        shown = problems[:MAX_PROBLEMS]
-        if len(problems) > MAX_PROBLEMS:
-            shown.append(Problem(str(log), None, None,
-                                 f"... and {len(problems) - MAX_PROBLEMS} more bad line(s)"))
-        raise BadInput(shown)
-    if not trace:
-        raise BadInput.single("no requests in the log", file=str(log))
-    text = "".join(json.dumps(e, separators=(",", ":")) + "\n" for e in trace)
-    if output is None:
-        sys.stdout.write(text)
-    else:
-        output.write_text(text)
-    span = trace[-1]["t"]
+    with log.open("rb") as f, tempfile.TemporaryFile() as spool:
+        trace = TraceBuilder(fmt=fmt, source=str(log), expect_size=expect_size,
+                             only_ok=only_ok, store=_FileStore(spool))
+        _read_log_lines(f, trace)
+        problems, bad = trace.problems, trace.bad
+        if problems and not skip_bad:
+            shown = list(problems)
+            if bad > len(shown):
+                shown.append(Problem(str(log), None, None,
+                                     f"... and {bad - len(shown)} more bad line(s)"))
+            raise BadInput(shown)
+        if not len(trace):
+            raise BadInput.single("no requests in the log", file=str(log))
+        with (contextlib.nullcontext(sys.stdout) if output is None
+              else output.open("w", encoding="utf-8")) as out:
+            out.writelines(trace.lines())
+    requests, span = len(trace), trace.span
     if json_out:
-        emit_json({"log": str(log), "output": str(output), "requests": len(trace),
-                   "span_s": span, "skipped": len(problems),
+        emit_json({"log": str(log), "output": str(output), "requests": requests,
+                   "span_s": span, "skipped": bad,
                    "skipped_lines": [p.as_dict() for p in problems[:MAX_PROBLEMS]]})
         return
-    console.print(f"{len(trace)} requests over {span:.1f} s "
-                  f"({len(trace) / span if span else float('nan'):.1f}/s)"
-                  + (f", {len(problems)} unreadable line(s) skipped" if problems else ""),
+    console.print(f"{requests} requests over {span:.1f} s "
+                  f"({requests / span if span else float('nan'):.1f}/s)"
+                  + (f", {bad} unreadable line(s) skipped" if bad else ""),
                   markup=False)
+
+
+class _FileStore:
+    """A TraceBuilder's entries in a temporary file: memory holds 24 bytes per request."""
+
+    def __init__(self, f: IO[bytes]) -> None:
+        self.f = f
+
+    def append(self, data: bytes) -> None:
+        self.f.write(data)
+
+    def read(self, offset: int, length: int) -> bytes:
+        self.f.flush()
+        return os.pread(self.f.fileno(), length, offset)
+
+
+def _read_log_lines(f: IO[bytes], trace: Any) -> None:
+    """Every line of an access log into `trace`, one at a time, each decoded strictly: a line
+    that is not UTF-8 is a bad line at its line and column (never replaced: the replay would
+    send what the replacement made up)."""
+    from fleet.domain.utf8 import not_utf8_problem
+    from fleet.line_reader import bounded_lines
+
+    for no, raw in enumerate(bounded_lines(f, TRACE_LINE_LIMIT), 1):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            trace.problem(not_utf8_problem(exc, trace.source, line_offset=no - 1))
+            continue
+        trace.add(no, text)
+
+
+TRACE_LINE_LIMIT = 16 * 1024 * 1024
+"""Bytes of one access-log line read: a JSON-lines log may carry a request body (an image,
+a long prompt); a longer line is cut, so it reads as a bad line (not JSON), never as memory."""
 
 
 app.command("run")(run)

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import IO, TYPE_CHECKING, Annotated
 
 import typer
 
 from fleet.cli.facts_cmd import print_findings
 from fleet.cli.output import emit_json, esc, stdout
 from fleet.errors import BadInput, CouldNotComplete, ProblemsFound
+from fleet.line_reader import rereadable, text_lines
 
 if TYPE_CHECKING:  # pydantic models: imported when a log is parsed
     from fleet.domain.facts import KernelEvent
@@ -28,6 +30,30 @@ def events_from_text(text: str) -> list[KernelEvent]:
     return [KernelEvent.model_validate(e) for e in parse_kernel_log(text, xid_classes())]
 
 
+def _read_log(f: IO[bytes], name: str) -> tuple[list[KernelEvent], int, bool]:
+    """(events, kernel lines counted when there is no event, whether the log is empty), the
+    file read line by line: once for its common indentation, once for its records (and once
+    more only when no event was found), never whole (issue 28)."""
+    from fleet.domain.checks import xid_classes
+    from fleet.domain.facts import KernelEvent
+    from fleet.probe import hostprobe
+
+    if b"\x00" in f.read(4096):
+        raise BadInput.single("binary file, not a text kernel log", file=name, line=1)
+    f.seek(0)
+    indent = hostprobe.common_indent(text_lines(f))
+    f.seek(0)
+    found = hostprobe.parse_kernel_log_lines(text_lines(f), xid_classes(), indent)
+    events = [KernelEvent.model_validate(e) for e in found]
+    if events:
+        return events, 0, False
+    f.seek(0)
+    counted = hostprobe.count_kernel_lines(hostprobe.log_rows(text_lines(f), indent))
+    f.seek(0)
+    empty = not any(line.strip() for line in text_lines(f))
+    return events, counted, empty
+
+
 @app.command("parse")
 def parse(
     file: Annotated[Path, typer.Argument(
@@ -43,19 +69,16 @@ def parse(
     """
     from fleet.domain.checks import Severity, run_checks, worst
     from fleet.domain.facts import HostFacts, KernelLog
-    from fleet.probe.hostprobe import kernel_log_lines
 
     name = "<stdin>" if str(file) == "-" else str(file)
     try:
-        raw = typer.get_binary_stream("stdin").read() if str(file) == "-" else file.read_bytes()
+        with (contextlib.nullcontext(typer.get_binary_stream("stdin")) if str(file) == "-"
+              else file.open("rb")) as source, rereadable(source) as log:
+            events, kernel_lines, empty = _read_log(log, name)
     except OSError as exc:
         raise BadInput.single(f"cannot read: {exc.strerror or exc}", file=name) from exc
-    if b"\x00" in raw[:4096]:
-        raise BadInput.single("binary file, not a text kernel log", file=name, line=1)
-    text = raw.decode("utf-8", errors="replace")
-    events = events_from_text(text)
-    if not events and not kernel_log_lines(text):
-        why = "it is empty" if not text.strip() else "no line reads as a kernel log line"
+    if not events and not kernel_lines:
+        why = "it is empty" if empty else "no line reads as a kernel log line"
         raise CouldNotComplete(
             f"{name}: could not judge: {why} (dmesg, journalctl -k, kern.log); finding no event "
             "in it says nothing about the host", file=name)

@@ -17,10 +17,12 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable
+from array import array
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from functools import lru_cache
+from typing import Any, Protocol
 
 from fleet.errors import Problem
 
@@ -100,9 +102,8 @@ def parse_nginx(line_no: int, text: str) -> LogRequest | Bad:
     req = _parse_request_line(m["request"])
     if req is None:
         return "request", f"{m['request'][:40]!r} is not 'METHOD /path PROTOCOL'"
-    try:
-        end = datetime.strptime(m["time"], "%d/%b/%Y:%H:%M:%S %z").timestamp()
-    except ValueError:
+    end = _nginx_time(m["time"])
+    if end is None:
         return "time", f"{m['time']!r} is not dd/Mon/yyyy:HH:MM:SS +zzzz"
     rt = float(m["rt"]) if m["rt"] else 0.0
     why = _bad_time(end - rt, f"{m['time']!r}" + (f" minus the request time {rt:g} s" if rt
@@ -118,6 +119,16 @@ def parse_nginx(line_no: int, text: str) -> LogRequest | Bad:
         return bad
     return LogRequest(line_no, end - rt, req[0], req[1], status,
                       None if m["bytes"] == "-" else int(m["bytes"]))
+
+
+@lru_cache(maxsize=1024)
+def _nginx_time(text: str) -> float | None:
+    """Epoch seconds of nginx's `dd/Mon/yyyy:HH:MM:SS +zzzz`, or None. Cached: the requests of
+    one second share the text, and strptime was most of the time trace-from-log took."""
+    try:
+        return datetime.strptime(text, "%d/%b/%Y:%H:%M:%S %z").timestamp()
+    except ValueError:
+        return None
 
 
 def _epoch(v: Any) -> float | None:
@@ -188,52 +199,124 @@ def detect_format(first_line: str) -> str:
     return "jsonl" if first_line.lstrip().startswith("{") else "nginx"
 
 
+class MemoryStore:
+    """Where a TraceBuilder keeps its entries' JSON: memory (tests, small logs). The CLI gives
+    it a temporary file instead (fleet.cli.bench_cmd), so request bodies never fill memory."""
+
+    def __init__(self) -> None:
+        self._data = bytearray()
+
+    def append(self, data: bytes) -> None:
+        self._data += data
+
+    def read(self, offset: int, length: int) -> bytes:
+        return bytes(self._data[offset:offset + length])
+
+
+class EntryStore(Protocol):
+    def append(self, data: bytes) -> None: ...
+    def read(self, offset: int, length: int) -> bytes: ...
+
+
+class TraceBuilder:
+    """The requests of an access log, kept compact until the trace is written in arrival order.
+
+    A log is read once, line by line (`add`); each request keeps 24 bytes in arrays (its
+    arrival, its line, where its entry's JSON ends in the store) and its JSON in the store:
+    `bench trace-from-log` held every request as objects, 6x the log (a 116 MB nginx log peaked
+    at 700 MB, issue 28). Only the first MAX_PROBLEMS bad lines are kept (all are counted).
+    The trace (`lines`) is the one `trace_from_log` returned: sorted by arrival then line,
+    nginx's whole-second times spread evenly across their second, offsets from the first.
+    """
+
+    def __init__(self, *, fmt: str = "auto", source: str = "log", expect_size: bool = False,
+                 only_ok: bool = False, store: EntryStore | None = None) -> None:
+        self.fmt, self.source = fmt, source
+        self.expect_size, self.only_ok = expect_size, only_ok
+        self.store: EntryStore = store if store is not None else MemoryStore()
+        self.problems: list[Problem] = []
+        self.bad = 0
+        self._start = array("d")
+        self._line = array("q")
+        self._end = array("q")
+        self._size = 0
+        self.span = 0.0  # seconds from the first arrival to the last, once `lines` ran
+
+    def __len__(self) -> int:
+        return len(self._start)
+
+    def problem(self, problem: Problem) -> None:
+        self.bad += 1
+        if len(self.problems) < MAX_PROBLEMS:
+            self.problems.append(problem)
+
+    def add(self, no: int, raw: str) -> None:
+        """Line `no` of the log (its text, newline or not)."""
+        text = raw.strip()
+        if not text:
+            return
+        if self.fmt == "auto":
+            self.fmt = detect_format(text)
+        got = parse_json_line(no, text) if self.fmt == "jsonl" else parse_nginx(no, text)
+        if isinstance(got, tuple):
+            self.problem(Problem(self.source, no, got[0], got[1]))
+            return
+        if self.only_ok and got.status is not None and got.status >= 400:
+            return
+        entry: dict[str, Any] = {"method": got.method, "path": got.path}
+        if got.body is not None:
+            entry["body"] = got.body
+        if self.expect_size and got.size is not None:
+            entry["expect_bytes"] = got.size
+        data = json.dumps(entry, separators=(",", ":"))[1:].encode()  # after "{": t goes first
+        self.store.append(data)
+        self._size += len(data)
+        self._start.append(got.start)
+        self._line.append(no)
+        self._end.append(self._size)
+
+    def _order(self) -> tuple[Any, Any]:
+        """(arrival of each request, the requests' indexes in trace order)."""
+        import numpy as np
+
+        n = len(self._start)
+        starts = np.frombuffer(self._start, dtype=np.float64)[:n].copy()
+        lines = np.frombuffer(self._line, dtype=np.int64)[:n]
+        order = np.lexsort((lines, starts))
+        if self.fmt == "nginx":  # whole seconds: spread each second's requests across it
+            s = starts[order]
+            sec = np.floor(s)
+            change = np.ones(n, dtype=bool)
+            change[1:] = sec[1:] != sec[:-1]
+            first = np.flatnonzero(change)
+            group = np.cumsum(change) - 1
+            rank = np.arange(n) - first[group]
+            count = np.diff(np.append(first, n))[group]
+            # sub-second arrivals (via request_time) stay where they are
+            starts[order] = np.where(s == sec, sec + rank / count, s)
+            order = np.lexsort((lines, starts))
+        return starts, order
+
+    def lines(self) -> Iterator[str]:
+        """The trace, one JSON line (with its newline) per request, in arrival order."""
+        if not len(self._start):
+            return
+        starts, order = self._order()
+        t0 = float(starts[order[0]])
+        self.span = round(float(starts[order[-1]]) - t0, 6)
+        for chunk in range(0, len(order), 65536):
+            for i in order[chunk:chunk + 65536].tolist():
+                begin = self._end[i - 1] if i else 0
+                rest = self.store.read(begin, self._end[i] - begin).decode()
+                yield '{"t":' + repr(round(float(starts[i]) - t0, 6)) + "," + rest + "\n"
+
+
 def trace_from_log(lines: Iterable[str], *, fmt: str = "auto", source: str = "log",
                    expect_size: bool = False, only_ok: bool = False,
                    ) -> tuple[list[dict[str, Any]], list[Problem]]:
-    """Trace entries (sorted by arrival) and the lines that could not be read."""
-    reqs: list[LogRequest] = []
-    problems: list[Problem] = []
+    """Trace entries (sorted by arrival) and the lines that could not be read (the first
+    MAX_PROBLEMS): TraceBuilder over `lines`, in memory."""
+    builder = TraceBuilder(fmt=fmt, source=source, expect_size=expect_size, only_ok=only_ok)
     for no, raw in enumerate(lines, 1):
-        text = raw.strip()
-        if not text:
-            continue
-        if fmt == "auto":
-            fmt = detect_format(text)
-        got = parse_json_line(no, text) if fmt == "jsonl" else parse_nginx(no, text)
-        if isinstance(got, tuple):
-            problems.append(Problem(source, no, got[0], got[1]))
-        elif not only_ok or (got.status is None or got.status < 400):
-            reqs.append(got)
-    if fmt == "nginx":
-        reqs = _spread_seconds(reqs)
-    reqs.sort(key=lambda r: (r.start, r.line))
-    if not reqs:
-        return [], problems
-    t0 = reqs[0].start
-    trace = []
-    for r in reqs:
-        entry: dict[str, Any] = {"t": round(r.start - t0, 6), "method": r.method, "path": r.path}
-        if r.body is not None:
-            entry["body"] = r.body
-        if expect_size and r.size is not None:
-            entry["expect_bytes"] = r.size
-        trace.append(entry)
-    return trace, problems
-
-
-def _spread_seconds(reqs: list[LogRequest]) -> list[LogRequest]:
-    """nginx times are whole seconds: spread the requests of one second evenly across it."""
-    by_second: dict[int, list[LogRequest]] = {}
-    for r in reqs:
-        by_second.setdefault(int(r.start // 1), []).append(r)
-    out = []
-    for sec, group in by_second.items():
-        group.sort(key=lambda r: (r.start, r.line))
-        k = len(group)
-        for i, r in enumerate(group):
-            frac = r.start - sec
-            # whole-second stamps get an even spread; sub-second ones (via request_time) stay
-            start = sec + i / k if frac == 0 else r.start
-            out.append(LogRequest(r.line, start, r.method, r.path, r.status, r.size, r.body))
-    return out
+        builder.add(no, raw)
+    return [json.loads(line) for line in builder.lines()], builder.problems

@@ -11,6 +11,7 @@ parsers, so the kernel log and `nvidia-smi -q -x` are parsed by one code path wh
 read on a host or from a support bundle:
 
     parse_kernel_log(text) -> list of event dicts        (Xid, fallen off the bus, PCIe AER)
+    parse_kernel_log_lines(lines, indent=common_indent(lines)) -> the same, line by line
     parse_nvsmi_xml(text) -> dict of host facts           (nvidia-smi -q -x, schema v10..v13)
     gpu_from_tree(tree, labels) -> dict of GPU facts      (shared by the XML and `-q` text parsers)
     parse_aer_counters(text) -> dict                      (sysfs aer_dev_* files)
@@ -22,6 +23,7 @@ Contract: nothing is raised for a fact that cannot be read; the field holds
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import hashlib
 import json
@@ -235,11 +237,10 @@ def _is_comment(line):
     return line.startswith("# SOURCE:") or line.startswith("# COMMAND:")
 
 
-def _lines(text):
-    """(line number, line) of the non-blank lines, without quote markers ("> ") and without the
-    indentation common to every line (a log pasted into a ticket or mail, indented as a block)."""
-    rows = []
-    for lineno, raw in enumerate(text.splitlines(), 1):
+def _rows(lines):
+    """(line number, line) of the non-blank lines of an iterable of lines (a generator: a log
+    read line by line is never held whole), without quote markers ("> ")."""
+    for lineno, raw in enumerate(lines, 1):
         if len(raw) > MAX_LINE_CHARS:
             raw = raw[:MAX_LINE_CHARS]  # see MAX_LINE_CHARS
         if raw[:1] in (">", " ", "\t"):
@@ -247,36 +248,84 @@ def _lines(text):
             if m:
                 raw = raw[m.end() :]
         if raw.strip():
-            rows.append((lineno, raw))
-    indents = [r[: len(r) - len(r.lstrip())] for _, r in rows if not _is_comment(r.lstrip())]
-    cut = len(os.path.commonprefix(indents)) if indents else 0
-    return [(n, r[cut:]) for n, r in rows] if cut else rows
+            yield lineno, raw
 
 
-def _records(text):
-    """Logical records: (first line number, timestamp, message).
+def common_indent(lines):
+    """Characters of indentation common to every non-blank, non-comment line (a log pasted
+    into a ticket or mail, indented as a block); stops reading at the first line without any."""
+    prefix = None
+    for _, r in _rows(lines):
+        if _is_comment(r.lstrip()):
+            continue
+        indent = r[: len(r) - len(r.lstrip())]
+        prefix = indent if prefix is None else os.path.commonprefix([prefix, indent])
+        if not prefix:
+            return 0
+    return len(prefix) if prefix else 0
+
+
+def log_rows(lines, cut):
+    """`_rows` of `lines` with the common indentation (`cut` characters) removed."""
+    if not cut:
+        return _rows(lines)
+    return ((n, r[cut:]) for n, r in _rows(lines))
+
+
+def _lines(text):
+    """(line number, line) of the non-blank lines of `text`, without quote markers and without
+    the indentation common to every line."""
+    lines = text.splitlines()
+    return list(log_rows(lines, common_indent(lines)))
+
+
+def _iter_records(rows):
+    """Logical records: (first line number, timestamp, message), one at a time.
 
     The kernel continues a record on indented lines without a timestamp: dmesg prints the lines
     of a multi-line message aligned under the first one's text (the NVRM crash-dump notice), and
     abbreviated AER reports indent their bit and TLP-header lines. An indented line that starts
-    a message of its own (an Xid, AER or device line, see _RECORD_START) is a new record. Linear
-    in the size of the log: continuations are collected and joined once.
+    a message of its own (an Xid, AER or device line, see _RECORD_START) is a new record. A
+    record is given out once the next one starts, its continuations joined once: linear in the
+    size of the log, holding one record.
     """
-    out = []
-    more = {}  # record index -> its continuation lines, joined once at the end
-    for lineno, raw in _lines(text):
+    current = None
+    more = []
+    for lineno, raw in rows:
         line = raw.lstrip()
         if line[:1] == "#" and _is_comment(line):
             continue
         stamp, msg = _split_prefix(line)
-        if stamp is None and out and raw[:1] in (" ", "\t") and not _RECORD_START.search(msg):
-            more.setdefault(len(out) - 1, []).append(msg.strip())
+        if stamp is None and current and raw[:1] in (" ", "\t") and not _RECORD_START.search(msg):
+            more.append(msg.strip())
             continue
-        out.append((lineno, stamp, msg.rstrip()))
-    for i, parts in more.items():
-        first, ts, msg = out[i]
-        out[i] = (first, ts, " ".join([msg] + parts))
-    return out
+        if current is not None:
+            yield (current[0], current[1], " ".join([current[2]] + more)) if more else current
+        current, more = (lineno, stamp, msg.rstrip()), []
+    if current is not None:
+        yield (current[0], current[1], " ".join([current[2]] + more)) if more else current
+
+
+def _records(text):
+    """Every logical record of `text` (see _iter_records)."""
+    return list(_iter_records(_lines(text)))
+
+
+def _windows(records, before=3, after=3):
+    """(record, up to `before` records before it, up to `after` after it) for each record,
+    holding only those: the parser's look-back and look-ahead without the whole log."""
+    prev = collections.deque(maxlen=before)
+    ahead = collections.deque()
+    for rec in records:
+        ahead.append(rec)
+        if len(ahead) > after:
+            cur = ahead.popleft()
+            yield cur, prev, ahead
+            prev.append(cur)
+    while ahead:
+        cur = ahead.popleft()
+        yield cur, prev, ahead
+        prev.append(cur)
 
 
 def _event(kind, line, pci, text, stamp, xid=None, severity=None):
@@ -304,12 +353,25 @@ def parse_kernel_log(text, xid_classes=None):
     Xid: the catalog class; fallen off the bus: "hardware"), text, timestamp (as printed),
     uuid, pid, process, device_id ("10de:2184"), bits (AER status bit names).
     """
+    return kernel_events(_iter_records(_lines(text)), xid_classes)
+
+
+def parse_kernel_log_lines(lines, xid_classes=None, indent=0):
+    """`parse_kernel_log` of a log given as an iterable of lines (a file read line by line),
+    `indent` the characters of common indentation to cut (`common_indent`, from a first pass):
+    the same events, holding the events and a few records, never the whole log."""
+    return kernel_events(_iter_records(log_rows(lines, indent)), xid_classes)
+
+
+def kernel_events(records, xid_classes=None):
+    """The events of a stream of records (see parse_kernel_log), reading it once and holding
+    only a few records around the current one (an AER event's device and bit lines, read
+    later, complete the event already in the list)."""
     classes = XID_CLASSES if xid_classes is None else xid_classes
-    recs = _records(text)
     events = []
     uuids = {}
     last_aer = {}
-    for i, (line, stamp, msg) in enumerate(recs):
+    for (line, stamp, msg), before, after in _windows(records):
         m = _XID.search(msg)
         if m:
             xid = int(m.group(2))
@@ -342,7 +404,7 @@ def parse_kernel_log(text, xid_classes=None):
             continue
         m = _FOB_PROBE.search(msg)
         if m:
-            window = [msg] + [r[2] for r in recs[i + 1 : i + 4]]
+            window = [msg] + [r[2] for r in after]
             joined = " ".join(
                 w[w.find("NVRM:") + 5 :].strip() if "NVRM:" in w else w for w in window
             )
@@ -360,7 +422,7 @@ def parse_kernel_log(text, xid_classes=None):
                 events.append(ev)
             continue
         if "fallen off the bus" in msg and "NVRM:" in msg:
-            if any(r[2].startswith("NVRM: The NVIDIA GPU") for r in recs[max(0, i - 3) : i]):
+            if any(r[2].startswith("NVRM: The NVIDIA GPU") for r in before):
                 continue  # the probe-time message, already reported at its first line
             bdf = _BDF_IN.search(msg)
             events.append(
@@ -386,7 +448,7 @@ def parse_kernel_log(text, xid_classes=None):
             continue
         m = _AER_RECV.search(msg) if "received" in msg else None
         if m:
-            following = [r[2] for r in recs[i + 1 : i + 4]]
+            following = [r[2] for r in after]
             if any("PCIe Bus Error" in f for f in following):
                 continue  # the detailed "PCIe Bus Error" record that follows is the event
             src = norm_pci(m.group(4)) if m.group(4) else None
@@ -423,8 +485,13 @@ def kernel_log_lines(text):
     """How many lines read as kernel log lines: a kernel prefix (see _KERNEL_MARK), or a kernel
     message of its own (NVRM, AER, a device message). Zero: the text is no kernel log (or is
     empty), so finding no event in it says nothing about the host."""
+    return count_kernel_lines(_lines(text))
+
+
+def count_kernel_lines(rows):
+    """`kernel_log_lines` of rows (`_lines`, or `log_rows` of a file read line by line)."""
     n = 0
-    for _, raw in _lines(text):
+    for _, raw in rows:
         line = raw.lstrip()
         if _is_comment(line):
             continue
