@@ -171,3 +171,21 @@ def test_fleet_exec_caps_a_host_output(server: Server, home: Path, tmp_path: Pat
     r = run_everywhere([SshTarget.from_host_data(h.name, h.data.dict())], "flood",
                        limit=1 * MiB)[0]
     assert r.exit_code is None and r.stdout == "" and "more than 1 MiB" in (r.error or "")
+
+
+def test_bundle_collect_fails_a_host_sending_more_than_the_bundle_cap(
+        server: Server, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`bundle collect` / `fleet diagnose HOST` read through the same cap (BUNDLE_LIMIT, here
+    lowered to 1 MiB): a host printing more fails, nothing it sent is parsed."""
+    from fleet.errors import CouldNotComplete
+    from fleet.remote import bounded
+    from fleet.remote.bundle import collect_host
+
+    monkeypatch.setattr(bounded, "BUNDLE_LIMIT", 1 * MiB)
+    server.flood_bytes = 4 * MiB
+    server.mode = "flood"
+    known = tmp_path / "known_hosts"
+    known.write_text(server.known_hosts_line())
+    inv = server.inventory(tmp_path / "inv", known_hosts=known)
+    with pytest.raises(CouldNotComplete, match="more than 1 MiB"):
+        collect_host(inv, "target", seconds=1)
