@@ -65,18 +65,21 @@ def xid_events(facts: HostFacts, exp: Expectations, th: Thresholds) -> Iterable[
     for e in facts.events():
         if e.kind == "xid" and e.xid is not None and e.xid != 79:
             groups.setdefault((e.pci, e.xid), []).append(e)
+    counted = (facts.kernel_log.xid_counts if facts.kernel_log is not None else None) or {}
     for (pci, xid), evs in groups.items():
         judged = [judge_xid(xid, e.text) for e in evs]
         sev, rem, cls = max(judged, key=lambda j: j[0].rank)
+        # the probe keeps a bounded event list but counts every event by code (a flood)
+        count = max(len(evs), int((counted.get(pci or "") or {}).get(str(xid), 0)))
         yield finding(
             f"xid.{cls}",
             sev,
             rem,
-            f"Xid {xid} ({cls}) x{len(evs)} on {pci or 'unknown GPU'}: {evs[0].text[:160]}",
+            f"Xid {xid} ({cls}) x{count} on {pci or 'unknown GPU'}: {evs[0].text[:160]}",
             _gpu_for(facts, pci),
             facts=["kernel_log.events"],
             xid=xid,
-            count=len(evs),
+            count=count,
             first_line=evs[0].line,
         )
 

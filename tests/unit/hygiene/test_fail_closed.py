@@ -184,3 +184,20 @@ def test_bytes_skipped_after_the_cursor_are_a_warning_older_boots_are_not(
     assert ("warn", "kernel_log.complete") in _checks(_with_log(later))
     assert ("warn", "kernel_log.complete") not in _checks(_with_log(
         hp.probe_kernel_log(h, later["cursor"], "file")))  # nothing new, nothing missed
+
+
+def test_an_xid_finding_counts_the_events_the_probe_did_not_keep(tmp_path: Path) -> None:
+    """A flood of one Xid: the probe keeps a bounded list (`truncated` says how many it cut)
+    but counts every event by code; the finding reports the count, not the kept list's length."""
+    h = _root(tmp_path)
+    (tmp_path / "var/log/kern.log").write_text("".join(
+        [_line(0, "Linux version 6.5.0")]
+        + [_line(10 + i, "NVRM: Xid (PCI:0000:10:00): 13, pid=77, Graphics Exception")
+           for i in range(hp.MAX_EVENTS + 500)]))
+    kl = hp.probe_kernel_log(h, None, "file")
+    assert kl["truncated"] == 500
+    facts = _with_log(kl)
+    [f] = [f for f in run_checks(facts, expectations_for(example_matrix(), "h100"),
+                                 example_matrix().policy.thresholds) if f.check.startswith("xid.")]
+    assert f.evidence["count"] == hp.MAX_EVENTS + 500
+    assert f"x{hp.MAX_EVENTS + 500} " in f.message
