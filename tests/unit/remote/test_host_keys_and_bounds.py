@@ -122,13 +122,17 @@ def test_a_host_that_never_answers_times_out_and_the_rest_finish(home: Path,
 
 
 def test_a_bad_command_timeout_is_refused(tmp_path: Path) -> None:
+    """Refused as bad input when the inventory loads (file:line: field, exit 2), before any
+    host is contacted (the inventory's host-data check, issue 28)."""
     with loopback_sshd() as s:
         known = tmp_path / "known_hosts"
         known.write_text(s.known_hosts_line())
         inv = s.inventory(tmp_path / "inv", known_hosts=known,
                           extra={"command_timeout_s": "soon"})
-        res = SshBackend(inv, connect_timeout=5).probe(["target"])["target"]
-    assert not res.ok and "command_timeout_s: expected seconds, got 'soon'" in (res.error or "")
+        with pytest.raises(BadInput, match=r"inv\.py:1: command_timeout_s: host 'target': "
+                                           r"expected seconds above 0, got 'soon'"):
+            SshBackend(inv, connect_timeout=5).probe(["target"])
+        assert s.commands == [] and s.passwords == []
 
 
 def test_fleet_exec_times_out_a_silent_host(server: Server, home: Path, tmp_path: Path) -> None:
