@@ -106,11 +106,13 @@ def test_prefixed_aer_lines_are_events() -> None:
 
 def test_indented_log_parses_in_linear_time() -> None:
     """30,000 indented lines took ~40 s when each was joined onto one growing record
-    (quadratic); now ~0.3 s. The bound leaves room for a loaded CI machine."""
+    (quadratic); now ~0.3 s idle, 1-2 s at load 6 on 2 cores, and once over 5 s beside the
+    rest of the suite. The bound leaves room for a loaded CI machine and still fails the
+    quadratic parse."""
     text = "\n".join("    " + XID79 for _ in range(30_000))
     t0 = time.perf_counter()
     events = hostprobe.parse_kernel_log(text)
-    assert time.perf_counter() - t0 < 5.0
+    assert time.perf_counter() - t0 < 15.0
     assert len(events) == 30_000
 
 
