@@ -56,14 +56,18 @@ def _read_only_history(db: str) -> AbstractContextManager[History | None]:
 
 
 def _summary(r: Any) -> str:
-    """The changes column: package changes as before; a dry run counts every kind."""
+    """The changes column: package changes as before; a dry run counts every kind; the node
+    settings the pool's profile wants changed (issue 23)."""
+    node = r.node.plan if r.node is not None else None
+    steps = [f"{len(node.steps)} node setting(s)"] if node is not None and node.steps else []
     if r.change is None or r.outcome != "would_change":
-        return ", ".join(str(c) for c in r.changes) or "-"
+        return ", ".join([*(str(c) for c in r.changes), *steps]) or "-"
     c = r.change
     parts = [f"{n} {what}" for n, what in ((len(c.packages), "package(s)"),
                                            (len(c.holds), "hold(s)"),
                                            (len(c.files), "pin file(s)")) if n]
-    return ", ".join(parts + (["reboot"] if c.reboot else [])) or "-"
+    reboot = c.reboot or (node is not None and node.reboot)
+    return ", ".join(parts + steps + (["reboot"] if reboot else [])) or "-"
 
 
 def _report(results: list, json_out: bool, extra: dict | None = None,  # type: ignore[type-arg]
@@ -76,6 +80,9 @@ def _report(results: list, json_out: bool, extra: dict | None = None,  # type: i
     for r in results:
         style = _STYLE.get(r.outcome, "")
         note = r.error or ("reboot" if r.rebooted else "")
+        if not r.error and r.node is not None and r.outcome == "unchanged":
+            note = (f"node state as profile {r.node.profile}" if not r.node.plan.unknown
+                    else f"node state: {len(r.node.plan.unknown)} value(s) unread, left alone")
         if r.left_drained:
             note += " (left drained)"
         t.add_row(esc(r.host), esc(r.pool or ""), esc(r.from_release or "?"), esc(r.to_release),
@@ -93,7 +100,7 @@ def _print_dry(results: list) -> None:  # type: ignore[type-arg]
         drain = f", drained through {r.drain_through} first" if r.drain_through else ""
         stdout.print(f"\n{r.host}: {r.from_release or 'unknown release'} -> "
                       f"{r.to_release}{drain}", markup=False, highlight=False)
-        for line in r.change.lines():
+        for line in [*r.change.lines(), *(r.node.lines() if r.node is not None else [])]:
             stdout.print(f"  {line}", markup=False, highlight=False)
     stdout.print("\ndry run: nothing was changed, drained or recorded", markup=False)
 

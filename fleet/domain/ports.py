@@ -164,3 +164,14 @@ class IdleCheck(Protocol):
     False: busy; not ok: it could not tell, which is never idle."""
 
     def idle(self, host: str) -> HostResult[bool]: ...
+
+
+@runtime_checkable
+class NodeCommands(Protocol):
+    """A backend that can run the node-state commands `fleet.domain.node_plan` plans
+    (persistence, compute mode, power limit, clocks, ECC, MIG): argv lists only, each checked
+    by `fleet.domain.node_commands.check_argv` before it leaves the controller. Per host, the
+    commands run in order and stop at the first that fails; `value` is what they printed."""
+
+    def run_commands(self, commands: Mapping[str, Sequence[tuple[str, ...]]]
+                     ) -> dict[str, HostResult[list[str]]]: ...

@@ -28,9 +28,10 @@ from fleet.domain.matrix.models import Matrix, OsFamily, Release
 from fleet.domain.matrix.rollout_settings import DrainSettings
 from fleet.domain.matrix.rules import architecture_problems, blocked_components
 from fleet.domain.pinning import Change, release_of
-from fleet.domain.ports import Backend, HostRef, Scheduler
+from fleet.domain.ports import Backend, HostRef, HostResult, Scheduler
 from fleet.history import History, list_events, record_event
 from fleet.jobs.drain import DrainWait, drain_hosts
+from fleet.jobs.node_apply import NodeChange, plan_nodes, put_right
 from fleet.jobs.reboot_gate import gated_reboot
 from fleet.jobs.record import record_snapshot
 
@@ -55,6 +56,13 @@ class HostApply:
     # what the pin does to the host, planned from its facts: packages, holds, pin files, reboot
     change: HostChange | None = None
     drain_through: str | None = None  # the scheduler it is (or would be) drained through
+    node: NodeChange | None = None  # its node state against the pool's profile (issue 23)
+    packages_change: bool = False  # the pin changes something (packages, holds, pin files)
+
+    @property
+    def needs_drain(self) -> bool:
+        """Packages change (a module reload), or a node-state step needs idle GPUs."""
+        return self.packages_change or (self.node is not None and self.node.drain)
 
     def as_dict(self) -> dict[str, Any]:
         change = self.change.as_dict() if self.change is not None else None
@@ -73,6 +81,7 @@ class HostApply:
             "error": self.error, "seconds": round(self.seconds, 3),
             "findings": [f.model_dump(mode="json") for f in self.findings
                          if f.severity is not Severity.OK],
+            "node_state": self.node.as_dict() if self.node is not None else None,
         }
 
 
@@ -175,14 +184,22 @@ def pin_hosts(
             res.changes, res.reboot_required = list(plan.changes), plan.reboot_required
             res.change = host_change(plan, release.packages(plan.os_family))
             if plan.changed:
-                res.outcome = "would_change"
+                res.outcome, res.packages_change = "would_change", True
                 to_change[rel_name].append(name)
+    readable = [refs[n] for n in targets if results[n].outcome in ("unchanged", "would_change")]
+    for name, node in plan_nodes(backend, matrix, readable).items():
+        res = results[name]
+        res.node = node
+        if node.changed and res.outcome == "unchanged":
+            res.outcome = "would_change"
+            to_change[targets[name].name].append(name)
     draining = scheduler is not None and scheduler.name != "none" and drain
     if draining:
         assert scheduler is not None
         for names in to_change.values():
             for name in names:
-                results[name].drain_through = scheduler.name
+                if results[name].needs_drain:
+                    results[name].drain_through = scheduler.name
     if dry:
         return [results[n] for n in targets]
     assert history is not None
@@ -197,12 +214,14 @@ def pin_hosts(
                                                                     serial or len(names))]
     for rel_name, batch in batches:
         names = batch
-        if draining:
+        must = [n for n in batch if results[n].needs_drain]
+        if draining and must:
             assert scheduler is not None
-            say(",".join(names), f"draining through {scheduler.name}")
-            names = _drain_for_change(scheduler, history, matrix, refs, names, results,
-                                      kind=kind, now=now, sleep=sleep, actor=actor,
-                                      say=say)
+            say(",".join(must), f"draining through {scheduler.name}")
+            ready = set(_drain_for_change(scheduler, history, matrix, refs, must, results,
+                                          kind=kind, now=now, sleep=sleep, actor=actor,
+                                          say=say))
+            names = [n for n in batch if n in ready or n not in must]
         release = matrix.release(rel_name)
         started = time.monotonic()
         for name in names:
@@ -211,11 +230,13 @@ def pin_hosts(
                          f"pinning {rel_name} (from {res.from_release or 'unknown'})",
                          {"from_release": res.from_release, "to_release": rel_name,
                           "reason": reason}, actor=actor, at=now())
-        say(",".join(names), f"pinning {rel_name}")
-        applied = backend.apply(names, release,
-                                kernel_hold=holding(matrix, ((n, refs[n].pool) for n in names)))
+        pins = [n for n in names if results[n].packages_change]
+        if pins:
+            say(",".join(pins), f"pinning {rel_name}")
+        applied = backend.apply(pins, release, kernel_hold=holding(
+            matrix, ((n, refs[n].pool) for n in pins))) if pins else {}
         rebooting = []
-        for name in names:
+        for name in pins:
             res, out = results[name], applied[name]
             if not out.ok:
                 res.outcome = "unreachable" if not out.reachable else "failed"
@@ -234,6 +255,11 @@ def pin_hosts(
                     results[name].error = booted.error
                 if name in gated.refused:  # not rebooted: the gate's finding says why
                     results[name].findings = [gated.refused[name]]
+        fix = [n for n in names if results[n].outcome == "would_change" and results[n].node]
+        if fix:
+            say(",".join(fix), "node state")
+            _node_state(backend, matrix, release, [refs[n] for n in fix], results,
+                        drained=draining)
         verify = [n for n in names if results[n].outcome == "would_change"]
         if verify:
             say(",".join(verify), "verifying")
@@ -257,6 +283,40 @@ def pin_hosts(
     if lease is not None:  # the preempted rollouts stay paused: resume or abort them
         ctl.release(history, set(locked.values()), *lease)
     return [results[n] for n in targets]
+
+
+def _node_state(backend: Backend, matrix: Matrix, release: Release, refs: Sequence[HostRef],
+                results: dict[str, HostApply], *, drained: bool) -> None:
+    """Put the node state right, planned again from what the hosts show now (after the pin
+    and its reboot, which forgets some settings); an ECC change's reboot goes through the
+    pre-reboot gate. A host that now needs idle GPUs but was not drained for it is left as it
+    is, and said why."""
+    fresh = plan_nodes(backend, matrix, refs)
+    go: dict[str, NodeChange] = {}
+    for ref in refs:
+        res = results[ref.name]
+        node = res.node = fresh.get(ref.name, res.node)
+        if node is None:
+            continue
+        if node.drain and drained and not res.drained:
+            node.error = ("node state not applied: it now needs idle GPUs (MIG or ECC) and the "
+                          "host was not drained for it; run fleet apply again")
+        else:
+            go[ref.name] = node
+
+    def reboot(names: list[str]) -> dict[str, HostResult[None]]:
+        gated = gated_reboot(backend, dict.fromkeys(names, release))
+        for name in gated.refused:
+            results[name].findings = [gated.refused[name]]
+        return gated.results
+
+    put_right(backend, go, reboot)
+    for ref in refs:
+        res = results[ref.name]
+        if res.node is not None and res.node.error:
+            res.outcome, res.error = "failed", res.node.error
+        elif res.node is not None and res.node.rebooted:
+            res.rebooted = True
 
 
 def _drain_for_change(scheduler: Scheduler, history: History, matrix: Matrix,

@@ -33,6 +33,10 @@ APPLY_TIMEOUT_S = 3600
 downloads a driver takes minutes; a host that takes the command and never finishes it fails
 after this, the others carry on."""
 
+NODE_TIMEOUT_S = 300
+"""Deadline of each node-state command: `nvidia-smi -e`, `-mig` or `mig -cgi` on an 8-GPU host
+takes seconds; one that hangs (a GPU stuck in a reset) fails its host after this."""
+
 # Groups pyinfra (or the inventory file) adds that are not pools; so are the file's stem and the
 # groups a connector attaches (`@local`).
 _NOT_POOLS = frozenset({"all"})
@@ -260,6 +264,45 @@ class SshBackend:
                                                seconds=time.monotonic() - start)
             if not outcome.ok:
                 res.ok, res.error = False, outcome.error or "reboot failed"
+            out[name] = res
+        return out
+
+    def run_commands(self, commands: Mapping[str, Sequence[tuple[str, ...]]]
+                     ) -> dict[str, HostResult[list[str]]]:
+        """Node-state commands per host (`fleet.domain.ports.NodeCommands`): checked here,
+        before connecting, so an unsafe one fails its host and reaches none."""
+        from fleet.domain.node_commands import UnsafeCommand, check_argv
+        from fleet.domain.ports import HostResult
+        from fleet.remote.operations import node_commands
+
+        out: dict[str, HostResult[list[str]]] = {}
+        todo: dict[str, list[list[str]]] = {}
+        for name, argvs in commands.items():
+            try:
+                todo[name] = [list(check_argv(a)) for a in argvs]
+            except UnsafeCommand as exc:
+                out[name] = HostResult.failed(name, f"refused: {exc}")
+        todo = {n: a for n, a in todo.items() if a}
+        out.update({n: HostResult(n, [], changed=False) for n in commands
+                    if n not in out and n not in todo})
+        if not todo:
+            return out
+        start = time.monotonic()
+        with self._connect(list(todo)) as conn:
+            out.update(self._unreachable(conn))
+            done = apply(conn, node_commands, lambda h: {"commands": todo[h.name],
+                                                         "_timeout": NODE_TIMEOUT_S})
+        for name, outcome in done.items():
+            if name in out:
+                continue
+            res: HostResult[list[str]] = HostResult(
+                name, list(outcome.stdout), changed=outcome.changed,
+                seconds=time.monotonic() - start)
+            if not outcome.ok:
+                said = " | ".join(outcome.stdout[-3:])  # nvidia-smi reports errors on stdout
+                res.ok = False
+                res.error = (said if outcome.error in (None, "operation failed") and said
+                             else outcome.error or "node-state command failed")
             out[name] = res
         return out
 

@@ -128,3 +128,18 @@ def pin_release(release: str, packages: list[tuple[str, str, str]],
             yield step.command
         elif step.path is not None and step.content is not None:
             yield write_file_command(step.path, step.content)
+
+
+@operation(is_idempotent=False)
+def node_commands(commands: list[list[str]]) -> Generator[str, None, None]:
+    """
+    Run node-state commands (``nvidia-smi -i 0 -pl 700``...), in order, stopping at the
+    first that fails. Each is an argv list of an allowed GPU tool with plain arguments
+    (``fleet.domain.node_commands.check_argv``), quoted argument by argument.
+
+    + commands: argv lists, as ``fleet.domain.node_plan`` plans them
+    """
+    from fleet.domain.node_commands import shell_line
+
+    lines = [shell_line(argv) for argv in commands]  # all checked before the first runs
+    yield from lines

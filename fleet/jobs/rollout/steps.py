@@ -13,6 +13,7 @@ from fleet.domain.gates import (
 from fleet.domain.matrix.models import RolloutSettings
 from fleet.domain.pinning import release_of
 from fleet.domain.plan import fit_drain_budget, resolve_max_unavailable
+from fleet.domain.ports import HostRef
 from fleet.history import list_quarantines
 from fleet.history.quarantines import is_quarantined
 from fleet.history.rollouts import (
@@ -20,6 +21,7 @@ from fleet.history.rollouts import (
     WaveRow,
 )
 from fleet.jobs.drain import DrainWait, drain_hosts
+from fleet.jobs.node_apply import plan_nodes, put_right
 from fleet.jobs.rollout.core import EngineCore
 from fleet.jobs.rollout.model import _UNLOCK, _is_failure, _moved, _Stop
 
@@ -318,6 +320,8 @@ class WaveSteps(EngineCore):
         self._set(todo, "verifying", ended=False)
         self._write(todo, events=[self._step_event(w, "verify", "begin", todo)],
                     label=f"wave{w.index}:verify:begin")
+        self._node_state(w, todo)
+        todo = [r for r in todo if r.state == "verifying"]
         health = self._probe_health(todo, lambda r: r.to_release or "")
         snaps: list[tuple[Any, ...]] = []
         for r in todo:
@@ -330,6 +334,25 @@ class WaveSteps(EngineCore):
         self._write(todo, events=[self._step_event(w, "verify", "end", todo),
                                   *self._host_events(todo)],
                     label=f"wave{w.index}:verify:end", snapshots=snaps)
+
+    def _node_state(self, w: WaveRow, rows: list[StepRow]) -> None:
+        """Put the node state right before the health probe judges it (issue 23). Planned
+        from a fresh probe, so a resumed verify step runs it again and changes nothing twice;
+        an ECC change's reboot is the rollout's one reboot path (`_reboot_now`)."""
+        refs = [self.refs.get(r.host) or HostRef(r.host) for r in rows]
+        changes = {n: c for n, c in plan_nodes(self.backend, self.matrix, refs).items()
+                   if c.changed}
+        if not changes:
+            return
+        release = self.matrix.release(rows[0].to_release or "")
+        put_right(self.backend, changes, lambda names: self._reboot_now(
+            w.pool, names, f"rollout {self.rid} wave {w.index}: node state", release))
+        for r in rows:
+            c = changes.get(r.host)
+            if c is not None:
+                r.detail = {**r.detail, "node_state": c.as_dict()}
+                if c.error:
+                    self._fail(r, "node_state", c.error)
 
     def _health_gate(self, w: WaveRow, rows: list[StepRow], settings: RolloutSettings) -> None:
         failed = sum(1 for r in rows if _is_failure(r))

@@ -100,3 +100,57 @@ def test_a_reboot_keeps_ecc_and_mig_mode_and_forgets_the_rest(history, hosts) ->
     h.reboot_and_wait()
     g = facts(history).gpus
     assert g[0].ecc_mode_current is True and g[2].mig_mode_current is False
+
+
+SETTABLE = ["power-cap:gpu=1", "clocks-locked:gpu=2,max=900", "compute-exclusive:gpu=3",
+            "persistence-off:gpu=4", "vbios-mismatch:gpu=6"]
+
+
+def node_findings(history: History) -> dict[str, list[str]]:
+    """`fleet probe` + `fleet check` against matrices/lab.yaml (its pools select profiles):
+    the host's node.* findings that are not OK, check id -> messages."""
+    matrix = load_matrix(ROOT / "matrices" / "lab.yaml").matrix
+    (result,) = probe_inventory(ROOT / "inventories" / "lab.py", [HOST], history,
+                                now=lambda: datetime.now(UTC), matrix=matrix, frameworks=False)
+    assert result.reachable, result.error
+    out: dict[str, list[str]] = {}
+    for f in result.findings:
+        if f.check.startswith("node.") and f.severity != "ok":
+            out.setdefault(f.check, []).append(f.message)
+    return out
+
+
+def test_fleet_apply_puts_the_settable_node_state_right(history, lab_paths) -> None:
+    """Issue 23: the settable faults are node.* findings, `fleet apply` of the host's own
+    release clears them over SSH (nvidia-smi on the host), a second apply changes nothing,
+    and the VBIOS difference stays reported (firmware is never flashed)."""
+    from fleet.domain.pinning import release_of
+    from fleet.jobs.apply import pin_hosts
+    from fleet.remote.backend import SshBackend
+
+    lab.reset(lab_paths, HOST)
+    lab.inject(lab_paths, HOST, SETTABLE)
+    found = node_findings(history)
+    assert {"node.power_limit", "node.clocks", "node.compute_mode", "node.persistence_mode",
+            "node.firmware"} <= set(found), found
+    matrix = load_matrix(ROOT / "matrices" / "lab.yaml").matrix
+    backend = SshBackend(ROOT / "inventories" / "lab.py", [HOST])
+    (plan,) = backend.plan([HOST], matrix.golden_for("h100")).values()
+    assert plan.value is not None, plan.error
+    current = release_of(matrix.releases, plan.value.installed, plan.value.os_family)
+    assert current is not None
+    target = {HOST: matrix.release(current)}
+    now = lambda: datetime.now(UTC)  # noqa: E731
+    (first,) = pin_hosts(backend, history, matrix, target, now=now)
+    assert first.outcome == "changed", first.error
+    assert first.node is not None and not first.rebooted
+    ran = {s.setting: s.gpu for s in first.node.plan.steps}
+    assert ran == {"persistence_mode": 4, "compute_mode": 3, "power_limit_w": 1, "clocks": 2}
+    after = node_findings(history)
+    assert set(after) == {"node.firmware"}, after  # the VBIOS is named, never flashed
+    assert "nvfwupd" in " ".join(after["node.firmware"]) or "96.00.74.00.0B" in " ".join(
+        after["node.firmware"])
+    (second,) = pin_hosts(SshBackend(ROOT / "inventories" / "lab.py", [HOST]), history,
+                          matrix, target, now=now)
+    assert second.outcome == "unchanged", second.error
+    assert second.node is not None and second.node.plan.steps == []

@@ -10,6 +10,7 @@ from typing import Any
 from fleet.domain.matrix.models import Matrix
 from fleet.domain.matrix.profiles import NodeProfile
 from fleet.domain.node_facts import NvLinkLink
+from fleet.domain.ports import HostResult
 from tests.unit.rollout.helpers import Rig, Wrap
 
 
@@ -51,3 +52,38 @@ def test_nvlink_down_after_the_move_fails_the_health_gate(matrix: Matrix,
     assert steps[first].detail["failed_at"] == "verify"
     assert "NVLink links up 1, wanted 2" in str(steps[first].detail.get("error"))
     assert rig.fleet.installed_release(first) == start
+
+
+def test_the_verify_step_puts_a_settable_difference_right(matrix: Matrix,
+                                                          tmp_path: Path) -> None:
+    m = with_profile(matrix, "h100-canary", {"gpu": {"persistence_mode": True}})
+    rig = Rig(m, tmp_path, pools={"h100-canary": 3})
+    first = next(h.name for h in rig.fleet.hosts() if h.pool == "h100-canary")
+    off = {first}  # its GPU 0 has persistence mode off until nvidia-smi -pm 1 runs there
+    ran: list[tuple[str, tuple[str, ...]]] = []
+
+    def probe(hosts: Any, **kw: Any) -> Any:
+        out = rig.fleet.probe(hosts, **kw)
+        for name, got in out.items():
+            if got.value is not None and name in off:
+                gpus = [g.model_copy(update={"persistence_mode": g.index != 0})
+                        for g in got.value.gpus]
+                got.value = got.value.model_copy(update={"gpus": gpus})
+        return out
+
+    def run_commands(commands: Any) -> Any:
+        for host, argvs in commands.items():
+            ran.extend((host, tuple(a)) for a in argvs)
+            if ("nvidia-smi", "-i", "0", "-pm", "1") in [tuple(a) for a in argvs]:
+                off.discard(host)
+        return {h: HostResult(h, ["All done."], changed=True) for h in commands}
+
+    backend = Wrap(rig.fleet)
+    backend.probe, backend.run_commands = probe, run_commands
+    rig.backend = backend
+    res = rig.start()
+    assert res.status == "completed", res.reason
+    assert ran == [(first, ("nvidia-smi", "-i", "0", "-pm", "1"))]
+    steps = {s.host: s for s in rig.steps(res.rollout_id)}
+    assert steps[first].detail["node_state"]["applied"] is True
+    assert all("node_state" not in s.detail for h, s in steps.items() if h != first)
