@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from fleet.domain.facts import GpuFacts
 from fleet.domain.matrix.profiles import Clocks, MigDeviceGroup, NodeProfile, best_key
+from fleet.domain.node_commands import shell_line
 
 FIRMWARE_TOOL = ("nvfwupd (NVIDIA's firmware update tool, through the machine's BMC) or the "
                  "server vendor's firmware bundle; fleet never flashes firmware")
@@ -275,7 +276,7 @@ def boot_unit(plan: NodePlan) -> dict[str, str]:
     that reapplies every setting a reboot forgets (as nvidia-mig-manager does for MIG)."""
     lines = ["#!/bin/sh", "# fleet: GPU settings a reboot forgets (fleet apply writes this file)",
              "rc=0"]
-    lines += [" ".join(argv) + " || rc=1" for argv in plan.boot]
+    lines += [shell_line(argv) + " || rc=1" for argv in plan.boot]
     lines.append("exit $rc")
     unit = "\n".join([
         "[Unit]",
@@ -297,3 +298,6 @@ def boot_unit(plan: NodePlan) -> dict[str, str]:
 
 BOOT_UNIT = "/etc/systemd/system/fleet-node-state.service"
 BOOT_SCRIPT = "/usr/local/sbin/fleet-node-state"
+BOOT_WANTS = "/etc/systemd/system/multi-user.target.wants/fleet-node-state.service"
+"""The link `systemctl enable` makes: written as a plain symlink, so enabling needs no running
+systemd (a container, the lab)."""

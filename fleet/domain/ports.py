@@ -171,7 +171,10 @@ class NodeCommands(Protocol):
     """A backend that can run the node-state commands `fleet.domain.node_plan` plans
     (persistence, compute mode, power limit, clocks, ECC, MIG): argv lists only, each checked
     by `fleet.domain.node_commands.check_argv` before it leaves the controller. Per host, the
-    commands run in order and stop at the first that fails; `value` is what they printed."""
+    commands run in order and stop at the first that fails; `value` is what they printed.
+    `files`: per host, the boot unit's files (`fleet.domain.node_plan.boot_unit`), written
+    and enabled where they differ; `changed` says whether anything was run or written."""
 
-    def run_commands(self, commands: Mapping[str, Sequence[tuple[str, ...]]]
+    def run_commands(self, commands: Mapping[str, Sequence[tuple[str, ...]]], *,
+                     files: Mapping[str, Mapping[str, str]] | None = None
                      ) -> dict[str, HostResult[list[str]]]: ...

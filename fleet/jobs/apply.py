@@ -13,76 +13,24 @@ import os
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
 
 from fleet.domain.checks import Finding, Severity, run_checks
 from fleet.domain.checks.expect import pool_profiles, release_expectation
 from fleet.domain.checks.models import Expectations
-from fleet.domain.drain import DrainView, describe_jobs
 from fleet.domain.facts import HostFacts
-from fleet.domain.host_change import HostChange, host_change
+from fleet.domain.host_change import host_change
 from fleet.domain.kernel_hold import holding
 from fleet.domain.matrix.models import Matrix, OsFamily, Release
-from fleet.domain.matrix.rollout_settings import DrainSettings
 from fleet.domain.matrix.rules import architecture_problems, blocked_components
-from fleet.domain.pinning import Change, release_of
+from fleet.domain.pinning import release_of
 from fleet.domain.ports import Backend, HostRef, HostResult, Scheduler
 from fleet.history import History, list_events, record_event
-from fleet.jobs.drain import DrainWait, drain_hosts
+from fleet.jobs.apply_drain import drain_for_change, undrain_after_change
+from fleet.jobs.apply_host import HostApply
 from fleet.jobs.node_apply import NodeChange, plan_nodes, put_right
 from fleet.jobs.reboot_gate import gated_reboot
 from fleet.jobs.record import record_snapshot
-
-Outcome = Literal["unchanged", "would_change", "changed", "failed", "unreachable", "refused"]
-
-
-@dataclass
-class HostApply:
-    host: str
-    pool: str | None
-    to_release: str
-    from_release: str | None = None
-    outcome: Outcome = "unchanged"
-    changes: list[Change] = field(default_factory=list)
-    reboot_required: bool = False
-    rebooted: bool = False
-    drained: bool = False  # drained by fleet for this change (undrained once verified)
-    left_drained: bool = False  # failed after fleet drained it: kept out of service
-    error: str | None = None
-    seconds: float = 0.0
-    findings: list[Finding] = field(default_factory=list)
-    # what the pin does to the host, planned from its facts: packages, holds, pin files, reboot
-    change: HostChange | None = None
-    drain_through: str | None = None  # the scheduler it is (or would be) drained through
-    node: NodeChange | None = None  # its node state against the pool's profile (issue 23)
-    packages_change: bool = False  # the pin changes something (packages, holds, pin files)
-
-    @property
-    def needs_drain(self) -> bool:
-        """Packages change (a module reload), or a node-state step needs idle GPUs."""
-        return self.packages_change or (self.node is not None and self.node.drain)
-
-    def as_dict(self) -> dict[str, Any]:
-        change = self.change.as_dict() if self.change is not None else None
-        return {
-            "host": self.host, "pool": self.pool, "from_release": self.from_release,
-            "to_release": self.to_release, "outcome": self.outcome,
-            "changes": [{"component": c.component, "package": c.package, "from": c.before,
-                         "to": c.after, "kind": c.kind} for c in self.changes],
-            "holds": change["holds"] if change else [],
-            "pin_files": change["files"] if change else [],
-            "reboot_reason": change["reboot_reason"] if change else None,
-            "other_steps": change["other_steps"] if change else [],
-            "drain_through": self.drain_through,
-            "reboot_required": self.reboot_required, "rebooted": self.rebooted,
-            "drained": self.drained, "left_drained": self.left_drained,
-            "error": self.error, "seconds": round(self.seconds, 3),
-            "findings": [f.model_dump(mode="json") for f in self.findings
-                         if f.severity is not Severity.OK],
-            "node_state": self.node.as_dict() if self.node is not None else None,
-        }
 
 
 def refusal(matrix: Matrix, release: Release, ref: HostRef) -> str | None:
@@ -218,7 +166,7 @@ def pin_hosts(
         if draining and must:
             assert scheduler is not None
             say(",".join(must), f"draining through {scheduler.name}")
-            ready = set(_drain_for_change(scheduler, history, matrix, refs, must, results,
+            ready = set(drain_for_change(scheduler, history, matrix, refs, must, results,
                                           kind=kind, now=now, sleep=sleep, actor=actor,
                                           say=say))
             names = [n for n in batch if n in ready or n not in must]
@@ -268,8 +216,9 @@ def pin_hosts(
             results[name].seconds = time.monotonic() - started
         if draining:
             assert scheduler is not None
-            _undrain_after_change(scheduler, batch, results)
+            undrain_after_change(scheduler, batch, results)
 
+    _boot_units(backend, results)
     for name in targets:
         res = results[name]
         if res.outcome in ("would_change",):
@@ -319,93 +268,19 @@ def _node_state(backend: Backend, matrix: Matrix, release: Release, refs: Sequen
             res.rebooted = True
 
 
-def _drain_for_change(scheduler: Scheduler, history: History, matrix: Matrix,
-                      refs: Mapping[str, HostRef], names: list[str],
-                      results: dict[str, HostApply], *, kind: str, now: Callable[[], datetime],
-                      sleep: Callable[[float], object], actor: str | None,
-                      say: Callable[[str, str], None]) -> list[str]:
-    """Drain `names` and wait until each is empty (per pool's settings); returns the hosts
-    that may change. A host someone else drained may change once the scheduler positively
-    lists it empty (drained, no job or pod), and is never undrained; their drain with no job
-    list (a failed pod listing, MIXED+DRAIN beside an empty squeue) is unknown, and unknown
-    never changes. A host whose jobs outlive the timeout is left as it was, and said why."""
-    by_pool: dict[str | None, list[str]] = defaultdict(list)
-    for n in names:
-        by_pool[refs[n].pool].append(n)
-    ready: list[str] = []
-    for pool, hosts in by_pool.items():
-        ps = matrix.pools.get(pool) if pool else None
-        settings = ps.rollout.drain if ps else DrainSettings()
-        if settings.on_timeout == "pause":  # nothing to pause outside a rollout
-            settings = settings.model_copy(update={"on_timeout": "skip"})
-
-        def show(views: list[DrainView]) -> None:
-            waiting = [v.describe() for v in views if v.outcome == "wait"]
-            if waiting:
-                say(",".join(v.host for v in views), "; ".join(waiting))
-
-        wait = DrainWait(scheduler, settings, f"{kind} by {actor or 'fleet'}", now=now,
-                         sleep=sleep, on_round=show)
-
-        action = settings.on_timeout
-
-        def stopped(host: str, msg: str, jobs: list[str], action: str = action) -> None:
-            record_event(history, f"{kind}.drain.stop", host, msg,
-                         {"jobs": jobs, "action": action}, actor=actor, at=now())
-
-        # drained by fleet before this drain (a rollout's host mid-change): never undrained here
-        had = {h for h in hosts if (st := scheduler.state(h)).by_fleet
-               and st.state in ("drained", "draining", "down")}
-        views = drain_hosts(wait, hosts, on_stop=stopped)
-        for h in hosts:
-            v, res = views[h], results[h]
-            if v.outcome == "ready":
-                res.drained = True
-                ready.append(h)
-            elif v.outcome == "taken" and v.empty:
-                ready.append(h)  # drained by someone else and empty: change it, leave it drained
-            elif v.outcome == "down":
-                res.outcome, res.error = "unreachable", f"drain: {v.reason or 'down'}"
-            else:
-                res.outcome = "failed"
-                res.error = _not_changed(v, settings)
-                st = scheduler.state(h)
-                if st.by_fleet and st.state in ("drained", "draining") and h not in had:
-                    scheduler.undrain(h)  # untouched: back into service
-                elif st.by_fleet:  # unknown: never undrained on a guess
-                    res.left_drained = True
-    return ready
-
-
-def _not_changed(v: DrainView, settings: DrainSettings) -> str:
-    """Why a host the drain did not make ready was left unchanged."""
-    if v.outcome == "taken":
-        work = (f"{describe_jobs(v.jobs)} still on it" if v.jobs else
-                "the scheduler does not list it empty (no job list: a failed listing, or "
-                "busy with no job named)")
-        return (f"not changed: drained by someone else ({v.reason or 'no reason'}"
-                + (f", {v.owner}" if v.owner else "") + f") and {work}")
-    if v.outcome == "timeout":
-        return (f"not changed: {describe_jobs(v.jobs)} still running after {v.waited_s:.0f} s "
-                f"(drain timeout {settings.timeout_minutes:g} min)"
-                + (f"; {v.reason}" if v.reason else ""))
-    return f"drain: {v.describe()}"
-
-
-def _undrain_after_change(scheduler: Scheduler, names: list[str],
-                          results: dict[str, HostApply]) -> None:
-    """Put back into service what fleet drained and verified; a host that failed stays
-    drained (fleet's reason on it) and is reported as such."""
-    for n in names:
-        res = results[n]
-        if not res.drained:
-            continue
-        if res.outcome in ("would_change", "changed", "unchanged"):
-            out = scheduler.undrain(n)
-            if not out.ok:
-                res.error = f"undrain: {out.error}"
-        else:
-            res.left_drained = True
+def _boot_units(backend: Backend, results: dict[str, HostApply]) -> None:
+    """Hosts whose node state already matches still get the boot unit that keeps it across
+    a reboot, where it is missing or differs (no drain: it only writes files)."""
+    idle = {n: r.node for n, r in results.items() if r.outcome == "unchanged"
+            and r.node is not None and r.node.boot_files}
+    if not idle:
+        return
+    put_right(backend, idle, lambda names: {})
+    for name, node in idle.items():
+        if node.error:
+            results[name].outcome, results[name].error = "failed", node.error
+        elif node.boot_written:
+            results[name].outcome = "changed"
 
 
 def _restore(backend: Backend, matrix: Matrix, res: HostApply) -> str:

@@ -24,7 +24,7 @@ from fleet.domain.facts import HostFacts
 from fleet.domain.matrix.models import Matrix
 from fleet.domain.matrix.profiles import NodeProfile
 from fleet.domain.node_commands import show
-from fleet.domain.node_plan import NodePlan, plan_node
+from fleet.domain.node_plan import BOOT_UNIT, NodePlan, boot_unit, plan_node
 from fleet.domain.ports import Backend, HostRef, HostResult, NodeCommands
 
 Reboot = Callable[[list[str]], Mapping[str, HostResult[None]]]
@@ -37,7 +37,10 @@ class NodeChange:
     host: str
     profile: str | None
     plan: NodePlan = field(default_factory=NodePlan)
+    boot_files: dict[str, str] = field(default_factory=dict)
+    """The boot unit that reapplies what a reboot forgets (empty: nothing to reapply)."""
     applied: bool = False  # its steps ran and succeeded
+    boot_written: bool = False  # the boot unit was missing or different, and was written
     rebooted: bool = False  # the reboot its ECC change waits for was done
     error: str | None = None
 
@@ -58,6 +61,9 @@ class NodeChange:
                + (" (at the next reboot)" if s.reboot else "") for s in self.plan.steps]
         if self.plan.reboot_due:
             out.append("node ecc: a change is pending: a drained reboot applies it")
+        if self.boot_files:
+            out.append(f"node boot unit: {BOOT_UNIT} reapplies {len(self.plan.boot)} "
+                       "setting(s) at boot (written where it differs)")
         out += [f"node (not changed by fleet): {n}" for n in self.plan.notes]
         out += [f"node (unknown, left alone): {u}" for u in self.plan.unknown]
         return out
@@ -70,6 +76,7 @@ class NodeChange:
                       for s in self.plan.steps],
             "reboot": self.plan.reboot, "drain": self.plan.drain,
             "notes": list(self.plan.notes), "unknown": list(self.plan.unknown),
+            "boot_unit": sorted(self.boot_files), "boot_written": self.boot_written,
             "applied": self.applied, "rebooted": self.rebooted, "error": self.error,
         }
 
@@ -113,18 +120,24 @@ def plan_nodes(backend: Backend, matrix: Matrix, refs: Sequence[HostRef]
             change.plan.unknown.append(f"no GPU facts (source {got.value.source})")
         else:
             change.plan = plan_node(got.value.gpus, profile)
+            change.boot_files = boot_unit(change.plan) if change.plan.boot else {}
         out[ref.name] = change
     return out
 
 
 def put_right(backend: Backend, changes: Mapping[str, NodeChange], reboot: Reboot) -> None:
-    """Run each host's planned steps, then reboot (through `reboot`, the caller's gated
-    reboot) the hosts whose change waits for one. Results land in each `NodeChange`."""
+    """Run each host's planned steps and write its boot unit where it differs, then reboot
+    (through `reboot`, the caller's gated reboot) the hosts whose change waits for one.
+    Results land in each `NodeChange`."""
     run = {n: [s.argv for s in c.plan.steps] for n, c in changes.items() if c.plan.steps}
+    files = {n: c.boot_files for n, c in changes.items() if c.boot_files}
     done: Mapping[str, HostResult[list[str]]] = {}
-    if run and isinstance(backend, NodeCommands):
-        done = backend.run_commands(run)
-    elif run:
+    if (run or files) and isinstance(backend, NodeCommands):
+        done = backend.run_commands(run, files=files)
+    elif run or files:
+        for n in files:
+            changes[n].plan.notes.append("boot unit not installed: this backend runs no "
+                                         "commands")
         for n in run:
             changes[n].error = "node state not applied: this backend runs no commands"
         return
@@ -134,7 +147,9 @@ def put_right(backend: Backend, changes: Mapping[str, NodeChange], reboot: Reboo
         if not res.ok:
             c.error = f"node state: {res.error}"
             continue
-        c.applied = True
+        c.applied = bool(c.plan.steps)
+        # `changed` covers commands and files alike: with no step, it is the boot unit
+        c.boot_written = bool(c.boot_files) and res.changed and not c.plan.steps
         if c.plan.reboot:
             rebooting.append(name)
     if not rebooting:

@@ -267,10 +267,12 @@ class SshBackend:
             out[name] = res
         return out
 
-    def run_commands(self, commands: Mapping[str, Sequence[tuple[str, ...]]]
+    def run_commands(self, commands: Mapping[str, Sequence[tuple[str, ...]]], *,
+                     files: Mapping[str, Mapping[str, str]] | None = None
                      ) -> dict[str, HostResult[list[str]]]:
-        """Node-state commands per host (`fleet.domain.ports.NodeCommands`): checked here,
-        before connecting, so an unsafe one fails its host and reaches none."""
+        """Node-state commands and boot-unit files per host (`fleet.domain.ports.
+        NodeCommands`): checked here, before connecting, so an unsafe one fails its host and
+        reaches none."""
         from fleet.domain.node_commands import UnsafeCommand, check_argv
         from fleet.domain.ports import HostResult
         from fleet.remote.operations import node_commands
@@ -282,7 +284,9 @@ class SshBackend:
                 todo[name] = [list(check_argv(a)) for a in argvs]
             except UnsafeCommand as exc:
                 out[name] = HostResult.failed(name, f"refused: {exc}")
-        todo = {n: a for n, a in todo.items() if a}
+        files = files or {}
+        todo.update({n: [] for n in files if n not in todo and n not in out})
+        todo = {n: a for n, a in todo.items() if a or files.get(n)}
         out.update({n: HostResult(n, [], changed=False) for n in commands
                     if n not in out and n not in todo})
         if not todo:
@@ -290,8 +294,9 @@ class SshBackend:
         start = time.monotonic()
         with self._connect(list(todo)) as conn:
             out.update(self._unreachable(conn))
-            done = apply(conn, node_commands, lambda h: {"commands": todo[h.name],
-                                                         "_timeout": NODE_TIMEOUT_S})
+            done = apply(conn, node_commands, lambda h: {
+                "commands": todo[h.name], "files": dict(files.get(h.name) or {}),
+                "_timeout": NODE_TIMEOUT_S})
         for name, outcome in done.items():
             if name in out:
                 continue

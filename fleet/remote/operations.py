@@ -131,15 +131,40 @@ def pin_release(release: str, packages: list[tuple[str, str, str]],
 
 
 @operation(is_idempotent=False)
-def node_commands(commands: list[list[str]]) -> Generator[str, None, None]:
+def node_commands(commands: list[list[str]], files: dict[str, str] | None = None
+                  ) -> Generator[str, None, None]:
     """
     Run node-state commands (``nvidia-smi -i 0 -pl 700``...), in order, stopping at the
-    first that fails. Each is an argv list of an allowed GPU tool with plain arguments
-    (``fleet.domain.node_commands.check_argv``), quoted argument by argument.
+    first that fails; then write and enable the boot unit where it differs.
 
-    + commands: argv lists, as ``fleet.domain.node_plan`` plans them
+    + commands: argv lists of an allowed GPU tool with plain arguments
+      (``fleet.domain.node_commands.check_argv``), quoted argument by argument
+    + files: the boot unit's unit file and script (``fleet.domain.node_plan.boot_unit``);
+      no other path is accepted
     """
     from fleet.domain.node_commands import shell_line
+    from fleet.domain.node_plan import BOOT_SCRIPT, BOOT_UNIT, BOOT_WANTS
 
     lines = [shell_line(argv) for argv in commands]  # all checked before the first runs
+    files = dict(files or {})
+    if set(files) - {BOOT_UNIT, BOOT_SCRIPT}:
+        raise ValueError(f"not a boot-unit file: {sorted(set(files) - {BOOT_UNIT, BOOT_SCRIPT})}")
+    have: dict[str, str | None] = {}
+    if files:
+        answer: dict[str, str | None] = host.get_fact(FileContents,
+                                                      paths=[*sorted(files), BOOT_WANTS])
+        have = dict(answer)
+    for path, content in sorted(files.items()):
+        if have.get(path) != content:
+            lines.append(write_file_command(path, content,
+                                            "755" if path == BOOT_SCRIPT else "644"))
+    unit = files.get(BOOT_UNIT)
+    if unit is not None and have.get(BOOT_WANTS) != unit:
+        lines.append(f"mkdir -p {shlex.quote(posixpath.dirname(BOOT_WANTS))} && "
+                     f"ln -sfn {shlex.quote(BOOT_UNIT)} {shlex.quote(BOOT_WANTS)}")
+    if len(lines) > len(commands) and unit is not None:
+        lines.append("if [ -d /run/systemd/system ]; then systemctl daemon-reload; fi")
+    if not lines:
+        host.noop("node state and boot unit as planned")
+        return
     yield from lines

@@ -23,7 +23,8 @@ from fleet.domain.matrix.models import Matrix
 from fleet.domain.plan import RolloutPlan
 from fleet.domain.ports import Backend, Scheduler
 from fleet.history import History, list_quarantines
-from fleet.jobs.apply import HostApply, pin_hosts
+from fleet.jobs.apply import pin_hosts
+from fleet.jobs.apply_host import HostApply
 from fleet.jobs.rollout.startplan import nothing_reason, plan_start, pool_settings
 
 

@@ -154,3 +154,39 @@ def test_fleet_apply_puts_the_settable_node_state_right(history, lab_paths) -> N
                           matrix, target, now=now)
     assert second.outcome == "unchanged", second.error
     assert second.node is not None and second.node.plan.steps == []
+
+
+def test_the_boot_unit_puts_back_what_a_reboot_forgets(history, hosts) -> None:
+    """A profile with a power limit below the default: `fleet apply` sets it and installs the
+    boot unit; after a reboot (which resets the limit) the unit has set it again before the
+    first probe, so the probe finds nothing."""
+    from fleet.domain.node_plan import BOOT_SCRIPT, BOOT_UNIT, BOOT_WANTS
+    from fleet.jobs.apply import pin_hosts
+    from fleet.remote.backend import SshBackend
+
+    lab_matrix = load_matrix(ROOT / "matrices" / "lab.yaml").matrix
+    prof = lab_matrix.profiles["hgx-h100"]
+    assert prof.gpu is not None
+    capped = prof.model_copy(update={"gpu": prof.gpu.model_copy(update={"power_limit_w": 500.0})})
+    matrix = lab_matrix.model_copy(update={"profiles": {**lab_matrix.profiles,
+                                                        "hgx-h100": capped}})
+    backend = SshBackend(ROOT / "inventories" / "lab.py", [HOST])
+    (plan,) = backend.plan([HOST], matrix.golden_for("h100")).values()
+    assert plan.value is not None, plan.error
+    from fleet.domain.pinning import release_of
+
+    current = release_of(matrix.releases, plan.value.installed, plan.value.os_family)
+    assert current is not None
+    now = lambda: datetime.now(UTC)  # noqa: E731
+    h = hosts[HOST]
+    try:
+        (res,) = pin_hosts(backend, history, matrix, {HOST: matrix.release(current)}, now=now)
+        assert res.outcome == "changed", res.error
+        assert res.node is not None and res.node.boot_files
+        assert h.sh(f"test -x {BOOT_SCRIPT} && test -L {BOOT_WANTS} && echo ok")[1].strip() == "ok"
+        h.reboot_and_wait()
+        g = facts(history).gpus
+        assert [x.power_limit_w for x in g] == [500.0] * 8, h.sh(
+            "cat /var/log/fleet-node-state.log", check=False)[1]
+    finally:
+        h.sh(f"rm -f {BOOT_WANTS} {BOOT_UNIT} {BOOT_SCRIPT}")

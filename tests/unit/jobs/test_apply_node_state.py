@@ -15,6 +15,7 @@ from fleet.domain.facts import HostFacts
 from fleet.domain.matrix.models import Matrix, Release
 from fleet.domain.matrix.profiles import NodeProfile
 from fleet.domain.node_commands import UnsafeCommand, check_argv, shell_line
+from fleet.domain.node_plan import BOOT_SCRIPT, BOOT_UNIT
 from fleet.domain.ports import HostRef, HostResult
 from fleet.domain.reboot_gate import RebootPass
 from fleet.history import list_events, open_history
@@ -43,6 +44,7 @@ class NodeBackend(MemoryBackend):
         super().__init__(refs, installed)
         self.gpus = {r.name: [gpu(0), gpu(1)] for r in refs}
         self.ran: list[tuple[str, tuple[str, ...]]] = []
+        self.boot: dict[str, dict[str, str]] = {}  # the boot unit's files on each host
 
     def probe(self, hosts: Sequence[str], **kw: Any) -> dict[str, HostResult[HostFacts]]:
         out = super().probe(hosts, **kw)
@@ -52,8 +54,14 @@ class NodeBackend(MemoryBackend):
             res.value = HostFacts.model_validate({**data, "gpus": self.gpus[h]})
         return out
 
-    def run_commands(self, commands: Mapping[str, Sequence[tuple[str, ...]]]
+    def run_commands(self, commands: Mapping[str, Sequence[tuple[str, ...]]], *,
+                     files: Mapping[str, Mapping[str, str]] | None = None
                      ) -> dict[str, HostResult[list[str]]]:
+        wrote = set()
+        for host, want in (files or {}).items():
+            if self.boot.get(host) != dict(want):
+                self.boot[host] = dict(want)
+                wrote.add(host)
         for host, argvs in commands.items():
             for argv in argvs:
                 check_argv(argv)
@@ -68,7 +76,8 @@ class NodeBackend(MemoryBackend):
                     g["power_limit_w"] = float(value)
                 elif flag == "-e":
                     g["ecc_mode_pending"] = value == "1"
-        return {h: HostResult(h, ["All done."], changed=True) for h in commands}
+        return {h: HostResult(h, ["All done."], changed=bool(commands.get(h)) or h in wrote)
+                for h in {*commands, *(files or {})}}
 
     def reboot(self, hosts: Sequence[str], *, gate: RebootPass) -> dict[str, HostResult[None]]:
         out = super().reboot(hosts, gate=gate)
@@ -171,6 +180,25 @@ def test_a_backend_without_commands_fails_the_host_it_cannot_fix(matrix: Matrix,
     with open_history(str(tmp_path / "h.db")) as h:
         (res,) = pin_hosts(plain, h, m, {"h0": golden}, now=lambda: NOW)
     assert res.outcome == "failed" and "runs no commands" in (res.error or "")
+
+
+def test_the_boot_unit_is_written_once_where_it_is_missing(matrix: Matrix,
+                                                           tmp_path: Path) -> None:
+    backend, m, golden = rig(matrix, tmp_path)
+    assert set(backend.boot) == {"h0", "h1"}  # the first apply (rig) wrote it
+    script = backend.boot["h0"][BOOT_SCRIPT].splitlines()
+    assert "nvidia-smi -i 1 -pm 1 || rc=1" in script and "nvidia-smi -i 0 -c DEFAULT || rc=1" \
+        in script
+    assert not any("-e" in line.split() for line in script)  # ECC survives a reboot itself
+    del backend.boot["h1"]  # removed by hand: the node state itself is right
+    with open_history(str(tmp_path / "h.db")) as h:
+        dry = pin_hosts(backend, None, m, {"h1": golden}, now=lambda: NOW, dry=True)
+        assert dry[0].outcome == "unchanged" and "h1" not in backend.boot
+        first = pin_hosts(backend, h, m, {"h1": golden}, now=lambda: NOW)
+        assert first[0].outcome == "changed" and BOOT_UNIT in backend.boot["h1"]
+        assert first[0].node is not None and first[0].node.boot_written
+        again = pin_hosts(backend, h, m, {"h1": golden}, now=lambda: NOW)
+    assert again[0].outcome == "unchanged" and backend.ran == []
 
 
 @pytest.mark.parametrize("argv", [("sh", "-c", "reboot"), ("nvidia-smi", "-i", "0; reboot"),

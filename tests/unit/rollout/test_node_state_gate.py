@@ -71,7 +71,7 @@ def test_the_verify_step_puts_a_settable_difference_right(matrix: Matrix,
                 got.value = got.value.model_copy(update={"gpus": gpus})
         return out
 
-    def run_commands(commands: Any) -> Any:
+    def run_commands(commands: Any, **kw: Any) -> Any:
         for host, argvs in commands.items():
             ran.extend((host, tuple(a)) for a in argvs)
             if ("nvidia-smi", "-i", "0", "-pm", "1") in [tuple(a) for a in argvs]:
