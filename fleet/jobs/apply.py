@@ -207,7 +207,7 @@ def pin_hosts(
         if fix:
             say(",".join(fix), "node state")
             _node_state(backend, matrix, release, [refs[n] for n in fix], results,
-                        drained=draining)
+                        drained=set(must) if draining else None)
         verify = [n for n in names if results[n].outcome == "would_change"]
         if verify:
             say(",".join(verify), "verifying")
@@ -235,11 +235,12 @@ def pin_hosts(
 
 
 def _node_state(backend: Backend, matrix: Matrix, release: Release, refs: Sequence[HostRef],
-                results: dict[str, HostApply], *, drained: bool) -> None:
+                results: dict[str, HostApply], *, drained: set[str] | None) -> None:
     """Put the node state right, planned again from what the hosts show now (after the pin
     and its reboot, which forgets some settings); an ECC change's reboot goes through the
-    pre-reboot gate. A host that now needs idle GPUs but was not drained for it is left as it
-    is, and said why."""
+    pre-reboot gate. `drained`: the hosts that went through the drain (None: no drain on this
+    run); one that now needs idle GPUs but was not drained for it is left as it is, and said
+    why."""
     fresh = plan_nodes(backend, matrix, refs)
     go: dict[str, NodeChange] = {}
     for ref in refs:
@@ -247,7 +248,7 @@ def _node_state(backend: Backend, matrix: Matrix, release: Release, refs: Sequen
         node = res.node = fresh.get(ref.name, res.node)
         if node is None:
             continue
-        if node.drain and drained and not res.drained:
+        if node.drain and drained is not None and ref.name not in drained:
             node.error = ("node state not applied: it now needs idle GPUs (MIG or ECC) and the "
                           "host was not drained for it; run fleet apply again")
         else:
@@ -357,7 +358,8 @@ def previous_known_good(history: History, matrix: Matrix, host: str,
     moves = [(at, src) for at, src, _ in completed_moves(history, host)]
     for event in list_events(history, limit=200, kind="apply.end", subject=host):
         data = event.data or {}
-        if data.get("outcome") == "changed" and data.get("from_release"):
+        if (data.get("outcome") == "changed" and data.get("from_release")
+                and data.get("from_release") != data.get("to_release")):  # not node state only
             moves.append((event.at, str(data["from_release"])))
     for _, name in sorted(moves, key=lambda m: m[0], reverse=True):
         try:

@@ -19,7 +19,7 @@ from fleet.domain.node_plan import BOOT_SCRIPT, BOOT_UNIT
 from fleet.domain.ports import HostRef, HostResult
 from fleet.domain.reboot_gate import RebootPass
 from fleet.history import list_events, open_history
-from fleet.jobs.apply import pin_hosts
+from fleet.jobs.apply import pin_hosts, previous_known_good
 from tests.unit.jobs.test_apply_job import NOW, MemoryBackend, on
 from tests.unit.jobs.test_apply_job import matrix as matrix  # noqa: F401 (fixture)
 
@@ -199,6 +199,20 @@ def test_the_boot_unit_is_written_once_where_it_is_missing(matrix: Matrix,
         assert first[0].node is not None and first[0].node.boot_written
         again = pin_hosts(backend, h, m, {"h1": golden}, now=lambda: NOW)
     assert again[0].outcome == "unchanged" and backend.ran == []
+
+
+def test_a_node_state_change_is_no_release_move_for_rollback(matrix: Matrix,
+                                                              tmp_path: Path) -> None:
+    backend, m, golden = rig(matrix, tmp_path)
+    other = next(r for r in m.allowed_releases() if r.name != golden.name)
+    with open_history(str(tmp_path / "h.db")) as h:
+        moved = pin_hosts(backend, h, m, {"h0": other}, now=lambda: NOW)
+        assert moved[0].outcome == "changed", moved[0].error
+        backend.gpus["h0"][0]["persistence_mode"] = False
+        fixed = pin_hosts(backend, h, m, {"h0": other}, now=lambda: NOW)
+        assert fixed[0].outcome == "changed" and fixed[0].from_release == other.name
+        prev, source = previous_known_good(h, m, "h0", backend.refs[0].pool)
+    assert (prev.name if prev else None, source) == (golden.name, "history")
 
 
 @pytest.mark.parametrize("argv", [("sh", "-c", "reboot"), ("nvidia-smi", "-i", "0; reboot"),
