@@ -47,6 +47,7 @@ class NodePlan:
     unknown: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # firmware and what fleet cannot apply
     reboot_due: bool = False  # a pending ECC change waits for a reboot already
+    gpus: list[int] = field(default_factory=list)  # the GPU indices planned for
 
     @property
     def drain(self) -> bool:
@@ -92,6 +93,7 @@ def plan_node(gpus: Sequence[GpuFacts], profile: NodeProfile,
         if g.index is None:
             plan.unknown.append("a GPU without an index")
             continue
+        plan.gpus.append(g.index)
         _gpu_settings(plan, g, profile)
         _mig(plan, g, profile, mig_parted)
         _firmware(plan, g, profile)
@@ -133,7 +135,8 @@ def _gpu_settings(plan: NodePlan, g: GpuFacts, profile: NodeProfile) -> None:
                                        _smi(i, "-pm", arg), at_boot=True))
     if want.compute_mode is not None:
         arg = _COMPUTE_ARG[want.compute_mode]
-        plan.boot.append(_smi(i, "-c", arg))
+        if want.compute_mode != "default":  # a reboot puts the default compute mode back
+            plan.boot.append(_smi(i, "-c", arg))
         if g.compute_mode is None:
             plan.unknown.append(f"GPU {i} compute mode ({g.reason('compute_mode')})")
         elif g.compute_mode != want.compute_mode:
@@ -184,7 +187,9 @@ def _clocks(plan: NodePlan, g: GpuFacts, want: Clocks) -> None:
     if want.applications is not None:
         mem, gfx = want.applications.memory_mhz, want.applications.graphics_mhz
         arg = f"{mem},{gfx}"
-        plan.boot.append(_smi(i, "-ac", arg))
+        if (mem, gfx) != (g.clocks_default_applications_memory_mhz,
+                          g.clocks_default_applications_graphics_mhz):
+            plan.boot.append(_smi(i, "-ac", arg))  # a reboot restores the default ones
         found = (g.clocks_applications_memory_mhz, g.clocks_applications_graphics_mhz)
         if None in found:
             plan.unknown.append(f"GPU {i} application clocks "
@@ -271,12 +276,32 @@ def _firmware(plan: NodePlan, g: GpuFacts, profile: NodeProfile) -> None:
                               f"update it with {FIRMWARE_TOOL}")
 
 
+def _per_host(plan: NodePlan) -> list[tuple[str, ...]]:
+    """The boot commands, one `nvidia-smi ARGS` (every GPU) where all of a host's GPUs (two or
+    more) get the same `nvidia-smi -i N ARGS`: a boot runs one command per setting, not one per
+    GPU."""
+    by_args: dict[tuple[str, ...], list[int]] = {}
+    for argv in plan.boot:
+        if argv[:2] == ("nvidia-smi", "-i") and argv[2].isdigit():
+            by_args.setdefault(argv[3:], []).append(int(argv[2]))
+    whole = {a for a, idx in by_args.items()
+             if len(plan.gpus) > 1 and sorted(idx) == sorted(plan.gpus)}
+    out: list[tuple[str, ...]] = []
+    for argv in plan.boot:
+        if argv[:2] == ("nvidia-smi", "-i") and argv[3:] in whole:
+            if ("nvidia-smi", *argv[3:]) not in out:
+                out.append(("nvidia-smi", *argv[3:]))
+        else:
+            out.append(argv)
+    return out
+
+
 def boot_unit(plan: NodePlan) -> dict[str, str]:
     """The files of the boot unit: a oneshot service, ordered before the schedulers' daemons,
     that reapplies every setting a reboot forgets (as nvidia-mig-manager does for MIG)."""
     lines = ["#!/bin/sh", "# fleet: GPU settings a reboot forgets (fleet apply writes this file)",
              "rc=0"]
-    lines += [shell_line(argv) + " || rc=1" for argv in plan.boot]
+    lines += [shell_line(argv) + " || rc=1" for argv in _per_host(plan)]
     lines.append("exit $rc")
     unit = "\n".join([
         "[Unit]",

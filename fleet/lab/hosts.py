@@ -66,7 +66,8 @@ mount -t tmpfs -o mode=0755,size=16m tmpfs "$root/run"
 mkdir -p "$root/run/sshd"
 # as systemd would: fleet's node-state unit, where `fleet apply` enabled it, runs before the
 # scheduler's daemon (fleet.domain.node_plan.boot_unit; Before=slurmd.service)
-if [ -e "$root/etc/systemd/system/multi-user.target.wants/fleet-node-state.service" ]; then
+# (-L: the link is absolute, it resolves only inside the host's root)
+if [ -L "$root/etc/systemd/system/multi-user.target.wants/fleet-node-state.service" ]; then
   chroot "$root" /usr/bin/env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     /bin/sh /usr/local/sbin/fleet-node-state >"$root/var/log/fleet-node-state.log" 2>&1 || true
 fi

@@ -38,8 +38,26 @@ def gpu(i: int, **over: Any) -> GpuFacts:
 def test_a_conformant_host_changes_nothing_and_the_boot_unit_still_holds_its_settings() -> None:
     plan = plan_node([gpu(0), gpu(1)], NodeProfile.model_validate(PROFILE))
     assert plan.steps == [] and not plan.changed and not plan.drain and not plan.reboot
-    assert ("nvidia-smi", "-i", "1", "-ac", "2619,1980") in plan.boot
-    assert not any("-pl" in c for c in plan.boot)  # a reboot restores the default limit itself
+    # a reboot restores the default limit, compute mode and application clocks by itself
+    assert not any({"-pl", "-c", "-ac"} & set(c) for c in plan.boot)
+    assert ("nvidia-smi", "-i", "1", "-pm", "1") in plan.boot
+    assert boot_unit(plan)[BOOT_SCRIPT].splitlines()[3:5] == ["nvidia-smi -pm 1 || rc=1",
+                                                              "exit $rc"]  # one for all GPUs
+
+
+def test_the_boot_unit_reapplies_what_is_not_the_default() -> None:
+    prof = NodeProfile.model_validate({"gpu": {"compute_mode": "exclusive_process",
+                                               "power_limit_w": 500,
+                                               "clocks": {"applications": {
+                                                   "memory_mhz": 2619, "graphics_mhz": 1500}}}})
+    plan = plan_node([gpu(0), gpu(1)], prof)
+    script = boot_unit(plan)[BOOT_SCRIPT].splitlines()
+    assert {"nvidia-smi -c EXCLUSIVE_PROCESS || rc=1", "nvidia-smi -pl 500 || rc=1",
+            "nvidia-smi -ac 2619,1500 || rc=1"} <= set(script)
+    top = NodeProfile.model_validate({"gpu": {"power_limit_w": "max"}})
+    two = boot_unit(plan_node([gpu(0), gpu(1, power_limit_max_w=650.0)], top))
+    assert {"nvidia-smi -i 0 -pl 700 || rc=1", "nvidia-smi -i 1 -pl 650 || rc=1"} <= set(
+        two[BOOT_SCRIPT].splitlines())  # not the same on every GPU: one command per GPU
 
 
 def test_each_wrong_setting_is_one_command_in_order_ecc_last_with_drain_and_reboot() -> None:
