@@ -64,12 +64,10 @@ mount --bind "$root/dev/pts/ptmx" "$root/dev/ptmx"
 mount -t tmpfs -o mode=1777,size=64m tmpfs "$root/dev/shm"
 mount -t tmpfs -o mode=0755,size=16m tmpfs "$root/run"
 mkdir -p "$root/run/sshd"
-# as systemd would: fleet's node-state unit, where `fleet apply` enabled it, runs before the
-# scheduler's daemon (fleet.domain.node_plan.boot_unit; Before=slurmd.service)
-# (-L: the link is absolute, it resolves only inside the host's root)
+# as systemd would, fleet's node-state unit where `fleet apply` enabled it (-L: absolute link)
 if [ -L "$root/etc/systemd/system/multi-user.target.wants/fleet-node-state.service" ]; then
-  chroot "$root" /usr/bin/env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-    /bin/sh /usr/local/sbin/fleet-node-state >"$root/var/log/fleet-node-state.log" 2>&1 || true
+  chroot "$root" /usr/bin/env PATH=/usr/sbin:/usr/bin:/sbin:/bin /bin/sh \
+    /usr/local/sbin/fleet-node-state >"$root/var/log/fleet-node-state.log" 2>&1 || true
 fi
 # binds and slurmd (fleet.lab.slurm.prepare_boot writes this before each boot)
 if [ -f "$boot/services.sh" ]; then . "$boot/services.sh"; fi
