@@ -27,7 +27,7 @@ from fleet.jobs.rollout.model import _UNLOCK, _is_failure, _moved, _Stop
 
 UNKNOWN_TRIES = 3
 """Reads of a host's state before fleet gives up on an undrain (a flaky `scontrol`)."""
-SAID_HOSTS, SAID_CHARS = 3, 400
+SAID_HOSTS, SAID_CHARS = 3, 700
 """How many failed hosts a failed health gate's reason names, and how much of each error."""
 
 
