@@ -31,6 +31,10 @@ def history(lab_paths, hosts, tmp_path_factory, monkeypatch_module) -> Iterator[
             yield h
     finally:
         lab.reset(lab_paths, HOST)
+        # the boot unit `fleet apply` installs (node_plan.BOOT_*): later tests reboot a bare host
+        hosts[HOST].sh("rm -f /etc/systemd/system/multi-user.target.wants/fleet-node-state"
+                       ".service /etc/systemd/system/fleet-node-state.service "
+                       "/usr/local/sbin/fleet-node-state")
         hosts[HOST].reboot_and_wait()
 
 
@@ -102,8 +106,9 @@ def test_a_reboot_keeps_ecc_and_mig_mode_and_forgets_the_rest(history, hosts) ->
     assert g[0].ecc_mode_current is True and g[2].mig_mode_current is False
 
 
-SETTABLE = ["power-cap:gpu=1", "clocks-locked:gpu=2,max=900", "compute-exclusive:gpu=3",
-            "persistence-off:gpu=4", "vbios-mismatch:gpu=6"]
+SETTABLE = ["ecc-off:gpu=0", "power-cap:gpu=1", "clocks-locked:gpu=2,max=900",
+            "compute-exclusive:gpu=3", "persistence-off:gpu=4", "mig-layout-lost:gpu=5",
+            "vbios-mismatch:gpu=6"]
 
 
 def node_findings(history: History) -> dict[str, list[str]]:
@@ -122,8 +127,9 @@ def node_findings(history: History) -> dict[str, list[str]]:
 
 def test_fleet_apply_puts_the_settable_node_state_right(history, lab_paths) -> None:
     """Issue 23: the settable faults are node.* findings, `fleet apply` of the host's own
-    release clears them over SSH (nvidia-smi on the host), a second apply changes nothing,
-    and the VBIOS difference stays reported (firmware is never flashed)."""
+    release clears them over SSH (nvidia-smi on the host; ECC through the pre-reboot gate and
+    one reboot), a second apply changes nothing, and the VBIOS difference stays reported
+    (firmware is never flashed)."""
     from fleet.domain.pinning import release_of
     from fleet.jobs.apply import pin_hosts
     from fleet.remote.backend import SshBackend
@@ -131,8 +137,8 @@ def test_fleet_apply_puts_the_settable_node_state_right(history, lab_paths) -> N
     lab.reset(lab_paths, HOST)
     lab.inject(lab_paths, HOST, SETTABLE)
     found = node_findings(history)
-    assert {"node.power_limit", "node.clocks", "node.compute_mode", "node.persistence_mode",
-            "node.firmware"} <= set(found), found
+    assert {"node.ecc", "node.power_limit", "node.clocks", "node.compute_mode",
+            "node.persistence_mode", "node.mig_mode", "node.firmware"} <= set(found), found
     matrix = load_matrix(ROOT / "matrices" / "lab.yaml").matrix
     backend = SshBackend(ROOT / "inventories" / "lab.py", [HOST])
     (plan,) = backend.plan([HOST], matrix.golden_for("h100")).values()
@@ -143,9 +149,10 @@ def test_fleet_apply_puts_the_settable_node_state_right(history, lab_paths) -> N
     now = lambda: datetime.now(UTC)  # noqa: E731
     (first,) = pin_hosts(backend, history, matrix, target, now=now)
     assert first.outcome == "changed", first.error
-    assert first.node is not None and not first.rebooted
+    assert first.node is not None and first.rebooted and first.node.rebooted  # for ECC
     ran = {s.setting: s.gpu for s in first.node.plan.steps}
-    assert ran == {"persistence_mode": 4, "compute_mode": 3, "power_limit_w": 1, "clocks": 2}
+    assert ran == {"persistence_mode": 4, "compute_mode": 3, "power_limit_w": 1, "clocks": 2,
+                   "mig_mode": 5, "ecc": 0}
     after = node_findings(history)
     assert set(after) == {"node.firmware"}, after  # the VBIOS is named, never flashed
     assert "nvfwupd" in " ".join(after["node.firmware"]) or "96.00.74.00.0B" in " ".join(
