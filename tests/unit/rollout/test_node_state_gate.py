@@ -11,7 +11,7 @@ from fleet.domain.matrix.models import Matrix
 from fleet.domain.matrix.profiles import NodeProfile
 from fleet.domain.node_facts import NvLinkLink
 from fleet.domain.ports import HostResult
-from tests.unit.rollout.helpers import Rig, Wrap
+from tests.unit.rollout.helpers import RebootLog, Rig, Wrap
 
 
 def with_profile(matrix: Matrix, pool: str, profile: dict[str, Any]) -> Matrix:
@@ -87,3 +87,44 @@ def test_the_verify_step_puts_a_settable_difference_right(matrix: Matrix,
     steps = {s.host: s for s in rig.steps(res.rollout_id)}
     assert steps[first].detail["node_state"]["applied"] is True
     assert all("node_state" not in s.detail for h, s in steps.items() if h != first)
+
+
+def test_an_ecc_change_reboots_through_the_rollouts_one_reboot_path(matrix: Matrix,
+                                                                     tmp_path: Path) -> None:
+    m = with_profile(matrix, "h100-canary", {"gpu": {"ecc": True}})
+    rig = Rig(m, tmp_path, pools={"h100-canary": 3})
+    log = RebootLog(rig.fleet)
+    first = next(h.name for h in rig.fleet.hosts() if h.pool == "h100-canary")
+    state = {"current": False, "pending": False}  # GPU 0 of the first canary: ECC off
+
+    def probe(hosts: Any, **kw: Any) -> Any:
+        out = rig.fleet.probe(hosts, **kw)
+        got = out.get(first)
+        if got is not None and got.value is not None:
+            gpus = [g.model_copy(update={"ecc_mode_current": state["current"],
+                                         "ecc_mode_pending": state["pending"]})
+                    if g.index == 0 else g for g in got.value.gpus]
+            got.value = got.value.model_copy(update={"gpus": gpus})
+        return out
+
+    def run_commands(commands: Any, **kw: Any) -> Any:
+        if ("nvidia-smi", "-i", "0", "-e", "1") in [tuple(a) for a in commands.get(first, [])]:
+            state["pending"] = True
+        return {h: HostResult(h, ["All done."], changed=True) for h in commands}
+
+    reboot = rig.fleet.reboot  # RebootLog's: counts, checks the host is drained
+
+    def rebooting(hosts: Any, *, gate: Any) -> Any:
+        if first in hosts:
+            state["current"] = state["pending"]  # the pending ECC mode takes effect
+        return reboot(hosts, gate=gate)
+
+    backend = Wrap(rig.fleet)
+    backend.probe, backend.run_commands, backend.reboot = probe, run_commands, rebooting
+    rig.backend = backend
+    res = rig.start()
+    assert res.status == "completed", res.reason
+    assert log.boots(first) == 2 and log.busy == [] and log.undrained == []  # driver, then ECC
+    steps = {s.host: s for s in rig.steps(res.rollout_id)}
+    assert steps[first].detail["node_state"]["rebooted"] is True
+    assert rig.problems(res.rollout_id) == []
