@@ -134,8 +134,9 @@ def apply(
     matrix: MatrixOpt,
     limit: Limit = None,
     dry: Annotated[bool, typer.Option(
-        "--dry", help="Show each host's package, hold and pin-file changes and whether it would "
-        "drain and reboot; reads the hosts over SSH, changes and records nothing.")] = False,
+        "--dry", help="Show each host's package, hold and pin-file changes, the node-state "
+        "commands its pool's profile needs, and whether it would drain and reboot; reads the "
+        "hosts over SSH, changes and records nothing.")] = False,
     force: Force = False,
     scheduler: SchedulerOpt = None,
     no_drain: NoDrain = False,
@@ -151,9 +152,12 @@ def apply(
     job runs on them (the pool's `rollout.drain` timeout; a host whose jobs outlive it is left
     unchanged), at most --serial at a time, and undrained once verified.
 
-    Reboots hosts whose kernel module changed, then probes them: a host counts as moved only when
-    the driver agrees three ways and no health check fails. A second identical run changes
-    nothing. Exit 1 when a host failed or was refused, 3 when one was unreachable.
+    Reboots hosts whose kernel module changed, then puts the node state right where the pool
+    selects a profile (persistence, compute mode, power limit, clocks, MIG; ECC with a drained,
+    gated reboot; a boot unit reapplies what a reboot forgets; firmware is never flashed), then
+    probes them: a host counts as moved only when the driver agrees three ways and no health
+    check fails. A second identical run changes nothing. Exit 1 when a host failed or was
+    refused, 3 when one was unreachable.
     """
     from fleet.cli.app import settings
     from fleet.domain.matrix.loader import load_matrix
