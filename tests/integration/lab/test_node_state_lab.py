@@ -4,11 +4,15 @@ which keeps ECC and MIG mode and forgets power limit, clocks and MIG instances. 
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+import yaml
 
 from fleet.domain.facts import HostFacts
 from fleet.domain.matrix.loader import load_matrix
@@ -35,6 +39,7 @@ def history(lab_paths, hosts, tmp_path_factory, monkeypatch_module) -> Iterator[
         hosts[HOST].sh("rm -f /etc/systemd/system/multi-user.target.wants/fleet-node-state"
                        ".service /etc/systemd/system/fleet-node-state.service "
                        "/usr/local/sbin/fleet-node-state")
+        hosts[HOST].release_pins()  # what the test's `fleet apply` pinned
         hosts[HOST].reboot_and_wait()
 
 
@@ -125,71 +130,75 @@ def node_findings(history: History) -> dict[str, list[str]]:
     return out
 
 
-def test_fleet_apply_puts_the_settable_node_state_right(history, lab_paths) -> None:
+def current_release(matrix_path: Path) -> str:
+    """The release h2 runs now (its packages), so that `fleet apply` changes no package."""
+    from fleet.domain.pinning import release_of
+    from fleet.remote.backend import SshBackend
+
+    matrix = load_matrix(matrix_path).matrix
+    backend = SshBackend(ROOT / "inventories" / "lab.py", [HOST])
+    (plan,) = backend.plan([HOST], matrix.golden_for("h100")).values()
+    assert plan.value is not None, plan.error
+    current = release_of(matrix.releases, plan.value.installed, plan.value.os_family)
+    assert current is not None
+    return current
+
+
+def fleet_apply(matrix_path: Path, release: str, db: Path) -> dict:
+    """`fleet apply -r RELEASE -l h2 --json` (a process of its own, as an operator runs it):
+    the host's entry of the JSON document."""
+    r = subprocess.run([sys.executable, "-m", "fleet", "--db", str(db), "apply", "-m",
+                        str(matrix_path), "-i", str(ROOT / "inventories" / "lab.py"), "-r",
+                        release, "-l", HOST, "--json"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300)
+    assert "Traceback" not in r.stderr, r.stderr
+    (host,) = json.loads(r.stdout)["hosts"]
+    return host
+
+
+def test_fleet_apply_puts_the_settable_node_state_right(history, lab_paths, tmp_path) -> None:
     """Issue 23: the settable faults are node.* findings, `fleet apply` of the host's own
     release clears them over SSH (nvidia-smi on the host; ECC through the pre-reboot gate and
     one reboot), a second apply changes nothing, and the VBIOS difference stays reported
     (firmware is never flashed)."""
-    from fleet.domain.pinning import release_of
-    from fleet.jobs.apply import pin_hosts
-    from fleet.remote.backend import SshBackend
-
     lab.reset(lab_paths, HOST)
     lab.inject(lab_paths, HOST, SETTABLE)
     found = node_findings(history)
     assert {"node.ecc", "node.power_limit", "node.clocks", "node.compute_mode",
             "node.persistence_mode", "node.mig_mode", "node.firmware"} <= set(found), found
-    matrix = load_matrix(ROOT / "matrices" / "lab.yaml").matrix
-    backend = SshBackend(ROOT / "inventories" / "lab.py", [HOST])
-    (plan,) = backend.plan([HOST], matrix.golden_for("h100")).values()
-    assert plan.value is not None, plan.error
-    current = release_of(matrix.releases, plan.value.installed, plan.value.os_family)
-    assert current is not None
-    target = {HOST: matrix.release(current)}
-    now = lambda: datetime.now(UTC)  # noqa: E731
-    (first,) = pin_hosts(backend, history, matrix, target, now=now)
-    assert first.outcome == "changed", first.error
-    assert first.node is not None and first.rebooted and first.node.rebooted  # for ECC
-    ran = {s.setting: s.gpu for s in first.node.plan.steps}
+    matrix = ROOT / "matrices" / "lab.yaml"
+    release = current_release(matrix)
+    first = fleet_apply(matrix, release, tmp_path / "f.db")
+    assert first["outcome"] == "changed", first["error"]
+    node = first["node_state"]
+    assert first["rebooted"] and node["rebooted"]  # for ECC, through the pre-reboot gate
+    ran = {s["setting"]: s["gpu"] for s in node["steps"]}
     assert ran == {"persistence_mode": 4, "compute_mode": 3, "power_limit_w": 1, "clocks": 2,
                    "mig_mode": 5, "ecc": 0}
     after = node_findings(history)
     assert set(after) == {"node.firmware"}, after  # the VBIOS is named, never flashed
-    assert "nvfwupd" in " ".join(after["node.firmware"]) or "96.00.74.00.0B" in " ".join(
-        after["node.firmware"])
-    (second,) = pin_hosts(SshBackend(ROOT / "inventories" / "lab.py", [HOST]), history,
-                          matrix, target, now=now)
-    assert second.outcome == "unchanged", second.error
-    assert second.node is not None and second.node.plan.steps == []
+    assert "96.00.74.00.0B" in " ".join(after["node.firmware"])
+    second = fleet_apply(matrix, release, tmp_path / "f.db")
+    assert second["outcome"] == "unchanged", second["error"]
+    assert second["node_state"]["steps"] == []
 
 
-def test_the_boot_unit_puts_back_what_a_reboot_forgets(history, hosts) -> None:
+def test_the_boot_unit_puts_back_what_a_reboot_forgets(history, hosts, tmp_path) -> None:
     """A profile with a power limit below the default: `fleet apply` sets it and installs the
     boot unit; after a reboot (which resets the limit) the unit has set it again before the
     first probe, so the probe finds nothing."""
     from fleet.domain.node_plan import BOOT_SCRIPT, BOOT_UNIT, BOOT_WANTS
-    from fleet.jobs.apply import pin_hosts
-    from fleet.remote.backend import SshBackend
 
-    lab_matrix = load_matrix(ROOT / "matrices" / "lab.yaml").matrix
-    prof = lab_matrix.profiles["hgx-h100"]
-    assert prof.gpu is not None
-    capped = prof.model_copy(update={"gpu": prof.gpu.model_copy(update={"power_limit_w": 500.0})})
-    matrix = lab_matrix.model_copy(update={"profiles": {**lab_matrix.profiles,
-                                                        "hgx-h100": capped}})
-    backend = SshBackend(ROOT / "inventories" / "lab.py", [HOST])
-    (plan,) = backend.plan([HOST], matrix.golden_for("h100")).values()
-    assert plan.value is not None, plan.error
-    from fleet.domain.pinning import release_of
-
-    current = release_of(matrix.releases, plan.value.installed, plan.value.os_family)
-    assert current is not None
-    now = lambda: datetime.now(UTC)  # noqa: E731
+    doc = yaml.safe_load((ROOT / "matrices" / "lab.yaml").read_text())
+    doc["profiles"]["hgx-h100"]["gpu"]["power_limit_w"] = 500
+    matrix = tmp_path / "m.yaml"
+    matrix.write_text(yaml.safe_dump(doc, sort_keys=False))
+    release = current_release(matrix)
     h = hosts[HOST]
     try:
-        (res,) = pin_hosts(backend, history, matrix, {HOST: matrix.release(current)}, now=now)
-        assert res.outcome == "changed", res.error
-        assert res.node is not None and res.node.boot_files
+        res = fleet_apply(matrix, release, tmp_path / "f.db")
+        assert res["outcome"] == "changed", res["error"]
+        assert res["node_state"]["boot_unit"]
         assert h.sh(f"test -x {BOOT_SCRIPT} && test -L {BOOT_WANTS} && echo ok")[1].strip() == "ok"
         h.reboot_and_wait()
         g = facts(history).gpus
