@@ -11,7 +11,7 @@ The logs are generated, `--mb` MB each (written once into --dir, default a tempo
 
 - kernel: a `dmesg` log of ordinary driver lines with the 20-line event block of
   benchmarks/logs_parse_scale.py (Xid 79/48/13/31, fallen off the bus, AER) once every 2,000
-  lines: about 0.4% of the lines are events, as on a host with a bad GPU;
+  lines: 7 events per block, about 0.35% of the lines, as on a host with a bad GPU;
 - nginx: `combined` + `$request_time`, 100 requests per logged second, ending out of order (the
   arrival is the end minus the request time, so the trace must be sorted).
 
