@@ -41,8 +41,10 @@ class LiveGateSettings(_Model):
         default=None, ge=1, le=24 * 60,
         description="Traffic judged after the hosts are back in service (default: bake "
                     f"minutes, at least {MIN_WINDOW_MINUTES:g}).")
-    step_seconds: int = Field(default=60, ge=10, le=3600,
-                              description="One latency value per host per step.")
+    step_seconds: int = Field(
+        default=60, ge=10, le=3600,
+        description="One latency value per host per step; at least twice the scrape interval "
+                    "(a histogram's rate needs two scrapes in each step).")
     quantiles: list[float] = Field(default=[0.95, 0.99], min_length=1, max_length=4)
     latency_allowance: float = Field(default=0.10, gt=0, lt=10)
     queue_allowance: float = Field(default=0.25, gt=0, lt=10)
