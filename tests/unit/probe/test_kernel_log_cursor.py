@@ -196,7 +196,8 @@ def test_a_megabyte_line_parses_in_milliseconds(prefix: str) -> None:
     line = prefix * (1_000_000 // len(prefix)) + " " + XID79 + "\n"
     t = time.perf_counter()
     hp.parse_kernel_log(line * 2)
-    assert time.perf_counter() - t < 0.25  # quadratic: 6.7 s per line before
+    # quadratic: 6.7 s per line before; ~10 ms now, the bound leaves room for a loaded CI machine
+    assert time.perf_counter() - t < 3.0
 
 
 def test_the_line_cap_keeps_ordinary_lines_whole() -> None:
