@@ -135,10 +135,13 @@ def test_lab_gpus_are_busy_while_the_lab_benchmark_runs(libdir: Path, tmp_path: 
     assert util["source"] == "nvml" and util["gpus"] == 2, doc
     s = doc["samples"]
     # kernels back to back for 3 x 0.5 s, process starts in between, a 1 s NVML window: ~46%
-    assert statistics.mean(s["gpu_util_pct"]) > 30, s["gpu_util_pct"]
-    assert max(s["gpu_util_pct"]) >= 55
-    assert statistics.mean(s["pcie_rx_mbps"]) > 100  # 8 MiB per 4 ms kernel, two GPUs
-    assert statistics.median(s["throughput"]) > 800
+    # on an idle machine. The fake kernels run on the CPU, so a loaded CI machine (load ~6 on 2
+    # cores) measured 22%: the bounds keep room for that and stay far from the CPU fallback's
+    # zero utilization and tenth of the throughput (next test).
+    assert statistics.mean(s["gpu_util_pct"]) > 10, s["gpu_util_pct"]
+    assert max(s["gpu_util_pct"]) >= 25, s["gpu_util_pct"]
+    assert statistics.mean(s["pcie_rx_mbps"]) > 25, s  # 8 MiB per 4 ms kernel, two GPUs
+    assert statistics.median(s["throughput"]) > 400, s  # ~1000 idle
 
 
 @needs_gcc
