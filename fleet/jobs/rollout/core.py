@@ -334,6 +334,19 @@ class EngineCore:
         return out
 
     # implemented by the step and rollback mixins; declared here so each half type-checks
+    def _wait_out(self, w: WaveRow, seconds: float, what: str) -> None:
+        """Sleep `seconds` (a bake, a live window), keeping the lock's heartbeat fresh in
+        between: a controller that only waits must not look dead to another one."""
+        left = seconds
+        beat = self.wall()
+        while left > 0:
+            chunk = min(left, max(1.0, self.opts.heartbeat_s))
+            self.sleep(chunk)
+            left -= chunk
+            if left > 0 and (self.wall() - beat).total_seconds() >= self.opts.heartbeat_s:
+                beat = self.wall()
+                self._write([], label=f"wave{w.index}:{what}:beat")
+
     def _rollback(self, w: WaveRow | None, reason: str) -> RolloutResult:
         raise NotImplementedError
 

@@ -108,7 +108,7 @@ class LiveGate(EngineCore):
                                      wave=w.index, minutes=window_s / 60)],
                     label=f"wave{w.index}:live:begin")
         w.status = "live"
-        self._wait_out(w, window_s)
+        self._wait_out(w, window_s, "live")
         attempt = 0
         while True:
             attempt += 1
@@ -123,7 +123,7 @@ class LiveGate(EngineCore):
             final = after_retries(verdict, attempt, settings.gates.max_retries)
             if final is not None:
                 break
-            self._wait_out(w, min(window_s, 60.0))
+            self._wait_out(w, min(window_s, 60.0), "live")
         if verdict == "error":
             reason = (f"could not measure after {attempt} attempt(s) ({reason}): "
                       "treated as inconclusive")
@@ -147,18 +147,6 @@ class LiveGate(EngineCore):
         w.status, w.verdict = "failed", "fail"
         res = self._rollback(w, f"live gate: {reason}")
         raise _Stop(res.status, res.reason)
-
-    def _wait_out(self, w: WaveRow, seconds: float) -> None:
-        """Sleep `seconds`, keeping the lock's heartbeat fresh in between."""
-        left = seconds
-        beat = self.wall()
-        while left > 0:
-            chunk = min(left, max(1.0, self.opts.heartbeat_s))
-            self.sleep(chunk)
-            left -= chunk
-            if left > 0 and (self.wall() - beat).total_seconds() >= self.opts.heartbeat_s:
-                beat = self.wall()
-                self._write([], label=f"wave{w.index}:live:beat")
 
     def _live_baseline(self, w: WaveRow, canary: Sequence[str]) -> list[str]:
         """The pool's hosts of the canaries' GPU model(s) this rollout has not touched yet

@@ -383,15 +383,7 @@ class WaveSteps(EngineCore):
                                          f"{settings.bake_minutes} min", wave=w.index,
                                          minutes=settings.bake_minutes)],
                         label=f"wave{w.index}:bake:begin")
-            left = seconds
-            beat = self.wall()
-            while left > 0:
-                chunk = min(left, max(1.0, self.opts.heartbeat_s))
-                self.sleep(chunk)
-                left -= chunk
-                if left > 0 and (self.wall() - beat).total_seconds() >= self.opts.heartbeat_s:
-                    beat = self.wall()
-                    self._write([], label=f"wave{w.index}:bake:beat")
+            self._wait_out(w, seconds, "bake")
             health = self._probe_health(judged, lambda r: r.to_release or "")
             snaps: list[tuple[Any, ...]] = []
             for r in judged:

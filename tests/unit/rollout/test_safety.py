@@ -438,3 +438,23 @@ def test_a_forced_rollback_never_undrains_a_rollout_host_mid_change(
     assert out[0].outcome == "failed", out[0]
     a = sched.state(host)
     assert a.state == "draining" and a.by_fleet, a
+
+
+# --------------------------------------------------- a bake keeps the lock's heartbeat fresh
+def test_a_long_bake_keeps_beating(matrix: Matrix, tmp_path: Path) -> None:
+    """A 10-minute bake with a 60 s heartbeat writes the lock between its sleeps (the stale
+    limit is 5 minutes): a controller that only waits must not look dead to another one."""
+    pools = {}
+    for name, p in matrix.pools.items():
+        ro = p.rollout.model_copy(update={"bake_minutes": 10})
+        pools[name] = p.model_copy(update={"rollout": ro})
+    rig = Rig(matrix.model_copy(update={"pools": pools}), tmp_path, pools={"h100-canary": 2})
+    labels: list[str] = []
+    eng = RolloutEngine(rig.fleet, rig.fleet.scheduler(), rig.history, rig.matrix,
+                        now=rig.clock, sleep=rig.clock.advance, wall=rig.clock, actor="ops",
+                        options=RolloutOptions(heartbeat_s=60.0), pid=1000, machine="ctl1",
+                        pid_alive=lambda p: True, checkpoint=labels.append)
+    res = rig.start(engine=eng)
+    assert res.status == "completed", res
+    beats = [x for x in labels if x == "wave1:bake:beat"]
+    assert len(beats) == 9, labels  # 10 one-minute sleeps, a beat between each
