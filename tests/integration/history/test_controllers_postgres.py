@@ -146,7 +146,11 @@ def test_stale_owner_is_taken_over_and_stops_when_it_comes_back(
     marks = tmp_path / "marks"
     marks.mkdir()
     state = tmp_path / "sim.json"
-    stale = 6.0
+    # Long enough that the two refusals below (each a CLI process: several seconds on a loaded
+    # CI machine) happen while the holder's heartbeat is still live. At 6 s the CI run at
+    # 324f603 saw the "early" forced resume start after the lock went stale: it took the
+    # rollout over and finished it, and the third controller's start was then not refused.
+    stale = 20.0
     a_out = tmp_path / "a.json"
     a = machines[0].spawn({"mode": "hold", "matrix": str(matrix), "sim": 12,
                            "sim_state": str(state), "pools": ["a100"], "stale_after_s": stale,
