@@ -42,9 +42,13 @@ def slurm_conf(lab_paths) -> str:  # noqa: ANN001 - conftest fixture
     return str(conf)
 
 
-def write_matrix(path: Path, benchmark: bool = True, reboot: str = "ssh", **drain: Any) -> Path:
-    """matrices/lab.yaml with pool h100's `rollout.drain` set (quick polls for the tests);
-    `benchmark=False` when a test leaves no host on the old release to compare with."""
+def write_matrix(path: Path, benchmark: bool = False, reboot: str = "ssh", **drain: Any) -> Path:
+    """matrices/lab.yaml with pool h100's `rollout.drain` set (quick polls for the tests).
+
+    The benchmark gate is off by default: these tests judge drains, and the lab's benchmark (fake
+    kernels on the CPU, 0.3 s runs) swings by half under CI load: the clean-clone CI at 7dbfbbf
+    paused `test_a_controller_killed_while_waiting_resumes_the_wait` on an inconclusive -50.5%.
+    The gate itself is tested in tests/integration/rollout and tests/integration/bench."""
     doc = yaml.safe_load((ROOT / "matrices" / "lab.yaml").read_text())
     doc["pools"]["h100"]["rollout"]["drain"] = {"poll_seconds": 1, **drain}
     doc["pools"]["h100"]["rollout"]["gates"]["benchmark"] = benchmark
@@ -249,7 +253,7 @@ def test_rollback_waits_for_jobs_or_records_no_drain(env, lab_paths) -> None:  #
 
 def test_an_admin_drain_is_never_taken_over_or_resumed(env, lab_paths, tmp_path) -> None:  # noqa: ANN001
     # one host moves alone here: no same-pool baseline for a benchmark gate, so health only
-    env = {**env, "FLEET_MATRIX": str(write_matrix(tmp_path / "nobench.yaml", benchmark=False,
+    env = {**env, "FLEET_MATRIX": str(write_matrix(tmp_path / "nobench.yaml",
                                                    timeout_minutes=5))}
     # before the rollout: an admin's drain skips the host, reason and owner kept
     sh(env, "scontrol", "update", "nodename=h2", "state=drain", "reason=ops: RMA 4711")
@@ -328,7 +332,7 @@ def test_a_resumed_rollout_never_reboots_a_job_started_after_a_forced_rollback(
     timeout) instead of rebooting it under the job."""
     from tests.unit.rollout.helpers import fleet_killed_at
 
-    env = {**env, "FLEET_MATRIX": str(write_matrix(tmp_path / "short.yaml", benchmark=False,
+    env = {**env, "FLEET_MATRIX": str(write_matrix(tmp_path / "short.yaml",
                                                    timeout_minutes=0.2))}
     killed = subprocess.run(fleet_killed_at("wave1:apply:end", "rollout", "start", "--pool",
                                             "h100", "--release", "r595-cuda13.2"),
