@@ -6,9 +6,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -19,12 +16,13 @@ from typing import Any
 
 from fleet.errors import BadInput, CouldNotComplete
 from fleet.lab import faults as F
-from fleet.lab import hostfleet, nvml_build, repo, rpmrepo
+from fleet.lab import hostfleet, layers, nvml_build, repo, rpmrepo, startup
 from fleet.lab import hosts as H
 from fleet.lab import slurm as S
 from fleet.lab.base import BaseRecipe, ensure_base, recipe_for
 from fleet.lab.model import BRIDGE, BRIDGE_ADDR, REPO_PORT, LabState, Mode, plan_hosts
 from fleet.lab.paths import LabPaths
+from fleet.lab.startup import ssh_banner
 from fleet.lab.sysutil import (
     atomic_write,
     mounts_under,
@@ -186,8 +184,8 @@ def up(paths: LabPaths, cfg: UpConfig, progress: Progress = _quiet) -> LabState:
         S.write_layer(paths, conf)
         if el9:  # a copy of the layer before the debs go in, made EL9
             H.write_el9_layer(paths, f"{repo_url}{rpmrepo.DIST}/")
-            _install_release_el9(paths, bases["el9"], release, releases)
-        _install_release(paths, base, pkgs, release, releases)
+            layers.install_release_el9(paths, bases["el9"], release, releases)
+        layers.install_release(paths, base, pkgs, release, releases)
         atomic_write(paths.host_init, H.HOST_INIT, 0o755)
         progress(f"network ({cfg.mode})", 3, steps)
         if cfg.mode == "netns":
@@ -216,9 +214,9 @@ def up(paths: LabPaths, cfg: UpConfig, progress: Progress = _quiet) -> LabState:
             else [],
         )
         atomic_write(paths.state_file, state.to_json())
-        _start_daemon(paths, cfg.model_server)
+        startup.start_daemon(paths, cfg.model_server)
         progress("waiting for sshd on every host", 5, steps)
-        _wait_ssh(
+        startup.wait_ssh(
             state,
             cfg.timeout,
             lambda n: progress(f"sshd answering on {n}/{len(hosts)} hosts", 5, steps),
@@ -238,134 +236,6 @@ def up(paths: LabPaths, cfg: UpConfig, progress: Progress = _quiet) -> LabState:
         raise
     progress(f"lab up: {len(hosts)} hosts in {time.monotonic() - t0:.1f} s", steps, steps)
     return state
-
-
-def _install_release(
-    paths: LabPaths, base: Path, pkgs: list[repo.FakePackage], release: str, releases: list[Any]
-) -> None:
-    """Pre-install the initial release into the shared layer once (dpkg in a chroot)."""
-    if release == "none":
-        return
-    rel = next(r for r in releases if r.name == release)
-    wanted = [(s.name, s.version) for s in rel.packages("debian")]  # upstream versions
-    debs = [
-        paths.repo / p.deb_name for n, v in wanted for p in pkgs if (p.name, p.upstream) == (n, v)
-    ]
-    build = paths.run / "layer-build"
-    work = paths.run / "layer-work"
-    build.mkdir(exist_ok=True)
-    work.mkdir(exist_ok=True)
-    run(
-        [
-            "mount",
-            "-t",
-            "overlay",
-            "overlay",
-            "-o",
-            f"lowerdir={base},upperdir={paths.layer},workdir={work}",
-            build,
-        ]
-    )
-    try:
-        tmp = build / "tmp/fleet-lab-debs"
-        tmp.mkdir(parents=True, exist_ok=True)
-        for d in debs:
-            shutil.copy(d, tmp / d.name)
-        run(["chroot", build, "dpkg", "-i", *[f"/tmp/fleet-lab-debs/{d.name}" for d in debs]])
-        shutil.rmtree(tmp)
-    finally:
-        run(["umount", build], check=False)
-        shutil.rmtree(work, ignore_errors=True)
-        build.rmdir()
-
-
-def _install_release_el9(paths: LabPaths, base: Path, release: str, releases: list[Any]) -> None:
-    """Pre-install the initial release into the el9 layer with dnf in a chroot, from a copy of
-    the lab's RPM repository (the HTTP server is not up yet): the rpm database is dnf's."""
-    specs = [rpmrepo.SYSTEM_PACKAGE]
-    stream = None
-    if release != "none":
-        rel = next(r for r in releases if r.name == release)
-        specs += [f"{s.name}-{s.version}" for s in rel.packages("rhel")]
-        stream = rel.driver_module_stream()
-    build, work = paths.run / "layer-el9-build", paths.run / "layer-el9-work"
-    build.mkdir(exist_ok=True)
-    work.mkdir(exist_ok=True)
-    layer = H.el9_layer(paths)
-    run(["mount", "-t", "overlay", "overlay", "-o",
-         f"lowerdir={base},upperdir={layer},workdir={work}", build])
-    try:
-        seed = build / "tmp/fleet-lab-rpms"
-        shutil.copytree(paths.repo / rpmrepo.DIST, seed)
-        dnf: list[str | Path] = ["chroot", build, "dnf", "-y", "-q", "--disablerepo=*",
-               "--repofrompath=seed,file:///tmp/fleet-lab-rpms", "--setopt=seed.gpgcheck=0"]
-        if stream:  # modular filtering hides the driver until its stream is enabled
-            run([*dnf, "module", "enable", f"nvidia-driver:{stream}"])
-        run([*dnf, "install", *specs])
-        run(["chroot", build, "dnf", "-q", "clean", "all"], check=False)
-        shutil.rmtree(seed)
-    finally:
-        run(["umount", build], check=False)
-        shutil.rmtree(work, ignore_errors=True)
-        build.rmdir()
-
-
-def _start_daemon(paths: LabPaths, model_server: bool) -> None:
-    env = {
-        **os.environ,
-        "FLEET_LAB_CACHE": str(paths.cache),
-        "FLEET_LAB_MODEL_SERVER": "1" if model_server else "0",
-    }
-    log = open(paths.logs / "daemon.log", "ab")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fleet.lab.daemon", str(paths.run)],
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        env=env,
-        cwd="/",
-    )
-    log.close()
-    deadline = time.monotonic() + 15
-    while not (paths.run / "daemon.ready").exists():
-        if time.monotonic() > deadline or proc.poll() is not None:
-            tail = (paths.logs / "daemon.log").read_text(errors="replace").strip()[-1500:]
-            raise CouldNotComplete(
-                f"the lab daemon did not start; see {paths.logs / 'daemon.log'}:\n{tail}"
-            )
-        time.sleep(0.05)
-
-
-def ssh_banner(address: str, port: int = 22, timeout: float = 1.0) -> bool:
-    try:
-        with socket.create_connection((address, port), timeout=timeout) as s:
-            s.settimeout(timeout)
-            return s.recv(8).startswith(b"SSH-")
-    except OSError:
-        return False
-
-
-def _wait_ssh(state: LabState, timeout: float, report: Callable[[int], None]) -> None:
-    pending = {h.name: h for h in state.hosts}
-    deadline = time.monotonic() + timeout
-    while pending:
-        with ThreadPoolExecutor(max_workers=16) as ex:
-            ok = dict(
-                zip(
-                    pending,
-                    ex.map(lambda h: ssh_banner(h.address, h.port), pending.values()),
-                    strict=True,
-                )
-            )
-        for n, good in ok.items():
-            if good:
-                del pending[n]
-        report(len(state.hosts) - len(pending))
-        if pending and time.monotonic() > deadline:
-            raise CouldNotComplete(f"hosts did not come up in {timeout:.0f} s: {sorted(pending)}")
-        if pending:
-            time.sleep(0.1)
 
 
 # ------------------------------------------------------------------------------------ down
