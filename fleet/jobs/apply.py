@@ -28,7 +28,7 @@ from fleet.domain.ports import Backend, HostRef, HostResult, Scheduler
 from fleet.history import History, list_events, record_event
 from fleet.jobs.apply_drain import drain_for_change, undrain_after_change
 from fleet.jobs.apply_host import HostApply
-from fleet.jobs.node_apply import NodeChange, plan_nodes, put_right
+from fleet.jobs.node_apply import NodeChange, plan_nodes, put_right, settle_before_reboot
 from fleet.jobs.reboot_gate import gated_reboot
 from fleet.jobs.record import record_snapshot
 
@@ -179,6 +179,11 @@ def pin_hosts(
                          {"from_release": res.from_release, "to_release": rel_name,
                           "reason": reason}, actor=actor, at=now())
         pins = [n for n in names if results[n].packages_change]
+        early = [refs[n] for n in pins if results[n].reboot_required and (node := results[n].node)
+                 and any(s.reboot for s in node.plan.steps)]
+        if early:  # an ECC change rides on the driver's reboot: one reboot, not two
+            say(",".join(r.name for r in early), "node state that waits for the reboot")
+            settle_before_reboot(backend, matrix, early)
         if pins:
             say(",".join(pins), f"pinning {rel_name}")
         applied = backend.apply(pins, release, kernel_hold=holding(

@@ -125,6 +125,30 @@ def plan_nodes(backend: Backend, matrix: Matrix, refs: Sequence[HostRef]
     return out
 
 
+def declares_ecc(matrix: Matrix, pool: str | None) -> bool:
+    """The pool's profile (or one of its per-model profiles) declares an ECC mode."""
+    profile, by_model = pool_profiles(matrix, pool)
+    return any(p.gpu is not None and p.gpu.ecc is not None
+               for p in [profile, *by_model.values()] if p is not None)
+
+
+def settle_before_reboot(backend: Backend, matrix: Matrix, refs: Sequence[HostRef]
+                         ) -> dict[str, NodeChange]:
+    """Set the node-state changes that wait for a reboot (ECC mode) on hosts about to reboot
+    for another reason (a driver change), so that one reboot applies both: ECC mode is held
+    pending in the GPU until the next reboot, whatever reboots it. Run before the pin: after
+    it, the new nvidia-smi would meet the old loaded kernel module. Planned from a fresh
+    probe; only the steps that wait for a reboot; never reboots (the caller's reboot does).
+    Hosts whose step fails are put right after the reboot, as without this (a second one)."""
+    changes = plan_nodes(backend, matrix, [r for r in refs if declares_ecc(matrix, r.pool)])
+    early = {n: NodeChange(n, c.profile, NodePlan(steps=[s for s in c.plan.steps if s.reboot],
+                                                  gpus=list(c.plan.gpus)))
+             for n, c in changes.items() if any(s.reboot for s in c.plan.steps)}
+    if early:
+        put_right(backend, early, lambda names: {})
+    return early
+
+
 def put_right(backend: Backend, changes: Mapping[str, NodeChange], reboot: Reboot) -> None:
     """Run each host's planned steps and write its boot unit where it differs, then reboot
     (through `reboot`, the caller's gated reboot) the hosts whose change waits for one.

@@ -21,7 +21,7 @@ from fleet.history.rollouts import (
     WaveRow,
 )
 from fleet.jobs.drain import DrainWait, drain_hosts
-from fleet.jobs.node_apply import plan_nodes, put_right
+from fleet.jobs.node_apply import plan_nodes, put_right, settle_before_reboot
 from fleet.jobs.rollout.core import EngineCore
 from fleet.jobs.rollout.model import _UNLOCK, _is_failure, _moved, _Stop
 
@@ -237,6 +237,10 @@ class WaveSteps(EngineCore):
                                   *self._host_events(todo)],
                     label=f"wave{w.index}:apply:begin")
         change = [r for r in ready if r.detail.get("pending")]
+        early = [self.refs.get(r.host) or HostRef(r.host) for r in change
+                 if r.detail.get("reboot")]
+        if early:  # an ECC change rides on the driver's reboot: one reboot, not two
+            settle_before_reboot(self.backend, self.matrix, early)
         out = (self.backend.apply([r.host for r in change], release,
                                   kernel_hold=self._kernel_hold(change)) if change else {})
         broken: list[StepRow] = []

@@ -150,6 +150,23 @@ def test_ecc_change_goes_through_the_reboot_gate(matrix: Matrix, tmp_path: Path)
     assert backend.gpus["h1"][1]["ecc_mode_current"] is True
 
 
+def test_ecc_change_with_a_driver_change_costs_one_reboot(matrix: Matrix,
+                                                          tmp_path: Path) -> None:
+    """ECC mode waits in the GPU for the next reboot, whatever reboots it: set before the pin,
+    the driver's reboot applies it, and no second reboot follows."""
+    backend, m, golden = rig(matrix, tmp_path)
+    other = next(r for r in m.allowed_releases() if r.name != golden.name)
+    backend.gpus["h1"][1].update(ecc_mode_current=False, ecc_mode_pending=False)
+    with open_history(str(tmp_path / "h.db")) as h:
+        (res,) = pin_hosts(backend, h, m, {"h1": other}, now=lambda: NOW)
+    assert res.outcome == "changed", res.error
+    assert res.reboot_required and res.rebooted
+    assert backend.rebooted == ["h1"]  # the driver's reboot, once
+    assert backend.ran == [("h1", ("nvidia-smi", "-i", "1", "-e", "1"))]
+    assert backend.gpus["h1"][1]["ecc_mode_current"] is True
+    assert res.node is not None and res.node.plan.steps == [] and not res.node.plan.reboot
+
+
 def test_ecc_change_refused_by_the_gate_is_not_rebooted(matrix: Matrix,
                                                         tmp_path: Path) -> None:
     backend, m, golden = rig(matrix, tmp_path)
