@@ -179,8 +179,8 @@ def pin_hosts(
                          {"from_release": res.from_release, "to_release": rel_name,
                           "reason": reason}, actor=actor, at=now())
         pins = [n for n in names if results[n].packages_change]
-        early = [refs[n] for n in pins if results[n].reboot_required and (node := results[n].node)
-                 and any(s.reboot for s in node.plan.steps)]
+        early = [refs[n] for n in pins if results[n].reboot_required and _waits_for_reboot(
+            results[n].node)]
         if early:  # an ECC change rides on the driver's reboot: one reboot, not two
             say(",".join(r.name for r in early), "node state that waits for the reboot")
             settle_before_reboot(backend, matrix, early)
@@ -272,6 +272,10 @@ def _node_state(backend: Backend, matrix: Matrix, release: Release, refs: Sequen
             res.outcome, res.error = "failed", res.node.error
         elif res.node is not None and res.node.rebooted:
             res.rebooted = True
+
+
+def _waits_for_reboot(node: NodeChange | None) -> bool:
+    return node is not None and any(s.reboot for s in node.plan.steps)
 
 
 def _boot_units(backend: Backend, results: dict[str, HostApply]) -> None:
