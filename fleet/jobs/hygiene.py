@@ -32,6 +32,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from fleet.domain.checks import Finding, Severity, expectations_for, run_checks
+from fleet.domain.checks.base import profile_of
+from fleet.domain.checks.node_pool import PoolHost, pool_vbios_findings
 from fleet.domain.drift import DriftInput, HostDrift, audit, summarize
 from fleet.domain.facts import HostFacts
 from fleet.domain.matrix.models import Matrix
@@ -227,6 +229,7 @@ def run_hygiene(
     inputs: list[DriftInput] = []
     findings: dict[str, list[Finding]] = {}
     node_profiles: dict[str, str | None] = {}
+    probed: dict[str, PoolHost] = {}
     for ref in refs:
         res = answers.get(ref.name)
         pool = ref.pool or ""
@@ -238,7 +241,7 @@ def run_hygiene(
             findings[ref.name] = found
             node_profiles[ref.name] = matrix.profile_name_for(
                 pool, next((g.name for g in facts.gpus if g.name), None) or ref.gpu_model)
-            record_snapshot(history, ref.name, facts, found, taken_at=now, pool=pool)
+            probed[ref.name] = PoolHost(pool, facts, profile_of(facts, expect))
             inputs.append(DriftInput(ref.name, pool, True, facts))
         else:
             node_profiles[ref.name] = matrix.profile_name_for(pool, ref.gpu_model)
@@ -247,6 +250,11 @@ def run_hygiene(
             add_snapshot(history, ref.name, taken_at=now, source="none", reachable=reachable,
                          facts={"error": error}, pool=pool)
             inputs.append(DriftInput(ref.name, pool, reachable, None, error))
+
+    for name, extra in pool_vbios_findings(probed).items():  # the pool's odd hosts out
+        findings[name] += extra
+    for name, h in probed.items():
+        record_snapshot(history, name, h.facts, findings[name], taken_at=now, pool=h.pool)
 
     # 2. drift
     say("auditing drift")
