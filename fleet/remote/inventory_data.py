@@ -45,7 +45,7 @@ def _seconds(value: Any) -> str | None:
 
 HOST_DATA: dict[str, Callable[[Any], str | None]] = {
     "unit": _text, "gpu_model": _text, "gpu_count": _count, "scheduler": _text,
-    "slurm_conf": _text, "ssh_port": _port, "command_timeout_s": _seconds,
+    "slurm_conf": _text, "kubeconfig": _text, "ssh_port": _port, "command_timeout_s": _seconds,
 }
 """The host data fleet itself reads, with its check (`pool` and `slurm_node` are names:
 fleet.domain.names). `None` is accepted everywhere: the same as leaving the key out."""

@@ -57,8 +57,9 @@ def make_scheduler(name: str, **opts: Any) -> Scheduler:
 
 def scheduler_for(name: str | None, refs: Sequence[HostRef], **opts: Any) -> Scheduler:
     """The scheduler a command uses: `name` when given (`--scheduler`), else the inventory's
-    `scheduler` host data (every host must agree), else none. Slurm takes `slurm_conf` from the
-    host data (the lab's inventory puts it there), so the commands reach that cluster."""
+    `scheduler` host data (every host must agree), else none. Slurm takes `slurm_conf` and
+    Kubernetes `kubeconfig` from the host data (the lab's inventory puts them there), so the
+    commands reach that cluster."""
     data = [r.data for r in refs]
     said = {str(d.get("scheduler")) for d in data if d.get("scheduler")}
     if name is None:
@@ -81,6 +82,13 @@ def scheduler_for(name: str | None, refs: Sequence[HostRef], **opts: Any) -> Sch
                                   field="slurm_conf")
         if confs:
             opts["slurm_conf"] = next(iter(confs))
+    if key in ("kubernetes", "k8s") and "runner" not in opts and "kubeconfig" not in opts:
+        configs = {str(d["kubeconfig"]) for d in data if d.get("kubeconfig")}
+        if len(configs) > 1:
+            raise BadInput.single("the inventory's hosts name different kubeconfig files",
+                                  field="kubeconfig")
+        if configs:
+            opts["kubeconfig"] = next(iter(configs))
     return make_scheduler(key, **opts)
 
 

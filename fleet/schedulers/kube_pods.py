@@ -69,6 +69,55 @@ def pods_to_go(pods: Iterable[Mapping[str, Any]],
     return sorted(out)
 
 
+# ------------------------------------------------------------------ PodDisruptionBudgets
+def _selects(selector: Any, labels: Mapping[str, str], api_version: str) -> bool:
+    """A PDB's `spec.selector` (a metav1.LabelSelector) against a pod's labels. A missing
+    selector selects nothing; an empty one selects nothing in policy/v1beta1 and everything in
+    policy/v1 (the API's documented change between the two)."""
+    if not isinstance(selector, Mapping):
+        return False
+    match = selector.get("matchLabels") or {}
+    exprs = selector.get("matchExpressions") or []
+    if not match and not exprs:
+        return api_version == "policy/v1"
+    if any(labels.get(k) != v for k, v in match.items()):
+        return False
+    for e in exprs:
+        if not isinstance(e, Mapping):
+            return False
+        key, op, values = str(e.get("key")), e.get("operator"), e.get("values") or []
+        present = key in labels
+        ok = {"In": present and labels.get(key) in values,
+              "NotIn": not present or labels.get(key) not in values,
+              "Exists": present, "DoesNotExist": not present}.get(str(op), False)
+        if not ok:
+            return False
+    return True
+
+
+def budgets_for(pdbs: Iterable[Mapping[str, Any]], pod: Mapping[str, Any]) -> list[str]:
+    """The budgets that cover `pod`, each as `namespace/name (minAvailable 1, 0 disruptions
+    allowed, 1 of 1 healthy)`: the API server's 429 ("Cannot evict pod as it would violate the
+    pod's disruption budget.") names none, so fleet looks them up to say which one held."""
+    meta = pod.get("metadata") or {}
+    ns = meta.get("namespace") or "default"
+    labels = meta.get("labels") or {}
+    out = []
+    for pdb in pdbs:
+        pmeta = pdb.get("metadata") or {}
+        if (pmeta.get("namespace") or "default") != ns:
+            continue
+        spec, st = pdb.get("spec") or {}, pdb.get("status") or {}
+        if not _selects(spec.get("selector"), labels, str(pdb.get("apiVersion") or "")):
+            continue
+        rule = next((f"{k} {spec[k]}" for k in ("minAvailable", "maxUnavailable") if k in spec),
+                    "no rule")
+        out.append(f"{ns}/{pmeta.get('name') or '?'} ({rule}, "
+                   f"{st.get('disruptionsAllowed', '?')} disruptions allowed, "
+                   f"{st.get('currentHealthy', '?')} of {st.get('expectedPods', '?')} healthy)")
+    return sorted(out)
+
+
 # ------------------------------------------------------------------- kubectl drain's errors
 # The texts kubectl prints when a drain does not finish, from kubernetes/kubectl at
 # dee3483a3d6a64c07fdf746caf80af446dee99ac (and kubernetes-1.20.0, the Debian kubectl):
@@ -216,5 +265,5 @@ def parse_drain_failure(text: str) -> DrainFailure:
     return f
 
 
-__all__ = ["MIRROR_ANNOTATION", "DrainFailure", "parse_drain_failure", "pod_kind", "pod_name",
-           "pods_to_go"]
+__all__ = ["MIRROR_ANNOTATION", "DrainFailure", "budgets_for", "parse_drain_failure", "pod_kind",
+           "pod_name", "pods_to_go"]

@@ -65,124 +65,33 @@ from __future__ import annotations
 import copy
 import json
 import math
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from fleet.domain.kube_selector import LabelSelector as LabelSelector
 from fleet.domain.kube_selector import Requirement as Requirement
 from fleet.domain.kube_selector import parse_selector as parse_selector
 from fleet.domain.ports import AdminState, HostResult
-from fleet.errors import BadInput
 from fleet.schedulers.kube_pods import MIRROR_ANNOTATION as MIRROR_ANNOTATION
 from fleet.schedulers.kube_pods import DrainFailure as DrainFailure
+from fleet.schedulers.kube_pods import budgets_for
 from fleet.schedulers.kube_pods import parse_drain_failure as parse_drain_failure
 from fleet.schedulers.kube_pods import pod_kind as pod_kind
 from fleet.schedulers.kube_pods import pod_name as pod_name
 from fleet.schedulers.kube_pods import pods_to_go as pods_to_go
+from fleet.schedulers.kube_settings import MAX_DRAIN_TIMEOUT_S as MAX_DRAIN_TIMEOUT_S
+from fleet.schedulers.kube_settings import KubeDrainSettings as KubeDrainSettings
+from fleet.schedulers.kube_settings import bad_setting, check_context, check_path
 from fleet.schedulers.runner import Runner, check_node_name, one_line, run_command, tail
 
 PREFIX = "fleet.local/"
 GPU_OPERATOR_SKIP = "nvidia.com/gpu-driver-upgrade.skip"
 NVSENTINEL_MANAGED = "k8saas.nvidia.com/ManagedByNVSentinel"
 SKIP_LABELS: dict[str, str] = {GPU_OPERATOR_SKIP: "true", NVSENTINEL_MANAGED: "false"}
+GPU_OPERATOR_STATE = "nvidia.com/gpu-driver-upgrade-state"  # its upgrade controller's progress
+GPU_OPERATOR_DONE = "upgrade-done"
 NVSENTINEL_REASON = "k8saas.nvidia.com/cordon-reason"
 NVSENTINEL_BY = "k8saas.nvidia.com/cordon-by"
-
-MAX_DRAIN_TIMEOUT_S = 7 * 24 * 3600.0
-
-
-# ------------------------------------------------------------------------------ settings
-_CONTEXT_RE = re.compile(r"[A-Za-z0-9_.:@/+=][A-Za-z0-9_.:@/+=~ -]{0,252}")
-
-
-def _bad(field_name: str, message: str) -> BadInput:
-    return BadInput.single(message, field=f"drain.{field_name}")
-
-
-@dataclass(frozen=True)
-class KubeDrainSettings:
-    """How `kubectl drain` runs; validated before anything reaches an argv."""
-
-    timeout_s: float = 30.0
-    pod_selector: LabelSelector | None = None
-    delete_emptydir_data: bool = False
-    ignore_daemonsets: bool = True
-    grace_period_s: int | None = None
-
-    @classmethod
-    def build(cls, *, timeout_s: float = 30.0, pod_selector: str | None = None,
-              delete_emptydir_data: bool = False, ignore_daemonsets: bool = True,
-              grace_period_s: int | None = None, disable_eviction: bool = False
-              ) -> KubeDrainSettings:
-        if disable_eviction:
-            raise _bad("disable_eviction",
-                       "fleet always evicts through the Eviction API so PodDisruptionBudgets "
-                       "hold; --disable-eviction (and --force) are never passed")
-        for name, flag in (("delete_emptydir_data", delete_emptydir_data),
-                           ("ignore_daemonsets", ignore_daemonsets)):
-            if not isinstance(flag, bool):
-                raise _bad(name, f"expected true or false, got {flag!r}")
-        if (isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float)
-                or not math.isfinite(timeout_s) or not 1 <= timeout_s <= MAX_DRAIN_TIMEOUT_S):
-            raise _bad("timeout_s", f"expected seconds between 1 and {MAX_DRAIN_TIMEOUT_S:.0f}, "
-                                    f"got {timeout_s!r}")
-        if grace_period_s is not None and (
-                isinstance(grace_period_s, bool) or not isinstance(grace_period_s, int)
-                or not 1 <= grace_period_s <= 86400):
-            raise _bad("grace_period_s",
-                       f"expected whole seconds between 1 and 86400, got {grace_period_s!r} "
-                       "(0 would delete pods at once, without graceful termination)")
-        selector = None
-        if pod_selector is not None:
-            if not isinstance(pod_selector, str):
-                raise _bad("pod_selector", f"expected a label selector string, "
-                                           f"got {pod_selector!r}")
-            if len(pod_selector) > 4096:
-                raise _bad("pod_selector", "longer than 4096 characters")
-            if pod_selector.strip():
-                try:
-                    selector = parse_selector(pod_selector)
-                except ValueError as exc:
-                    raise _bad("pod_selector", f"{pod_selector!r} is not a Kubernetes label "
-                                               f"selector: {exc}") from None
-        return cls(float(timeout_s), selector, delete_emptydir_data, ignore_daemonsets,
-                   grace_period_s)
-
-    def drain_args(self, timeout_s: int) -> list[str]:
-        """`kubectl drain NODE` options for one run of at most `timeout_s` seconds."""
-        args = []
-        if self.ignore_daemonsets:
-            args.append("--ignore-daemonsets")
-        if self.delete_emptydir_data:
-            args.append("--delete-emptydir-data")
-        if self.pod_selector is not None:
-            args.append(f"--pod-selector={self.pod_selector}")
-        if self.grace_period_s is not None:
-            args.append(f"--grace-period={self.grace_period_s}")
-        args.append(f"--timeout={max(1, int(timeout_s))}s")
-        return args
-
-
-def _check_context(value: str | None, name: str) -> str | None:
-    if value is None or value == "":
-        return None
-    if not isinstance(value, str) or not _CONTEXT_RE.fullmatch(value):
-        raise _bad(name, f"{value!r}: expected a kubeconfig {name} name of plain characters, "
-                         "not starting with '-'")
-    return value
-
-
-def _check_path(value: str | None, name: str) -> str | None:
-    if value is None or value == "":
-        return None
-    if (not isinstance(value, str) or value.startswith("-") or len(value) > 4096
-            or any(ord(c) < 32 or c == "\x7f" for c in value)):
-        raise _bad(name, f"{value!r}: expected a file path (no control characters, not "
-                         "starting with '-')")
-    return value
-
 
 # ----------------------------------------------------------------------------- the adapter
 class KubernetesScheduler:
@@ -209,15 +118,16 @@ class KubernetesScheduler:
         self.run = runner or run_command
         self.kubectl = kubectl
         self.global_args: list[str] = []
-        kubeconfig = _check_path(kubeconfig, "kubeconfig")
-        context = _check_context(context, "context")
+        kubeconfig = check_path(kubeconfig, "kubeconfig")
+        context = check_context(context, "context")
         if kubeconfig:
             self.global_args += ["--kubeconfig", kubeconfig]
         if context:
             self.global_args += ["--context", context]
         if not (isinstance(command_timeout_s, int | float) and math.isfinite(command_timeout_s)
                 and command_timeout_s > 0):
-            raise _bad("command_timeout_s", f"expected seconds > 0, got {command_timeout_s!r}")
+            raise bad_setting("command_timeout_s",
+                              f"expected seconds > 0, got {command_timeout_s!r}")
         self.command_timeout_s = float(command_timeout_s)
         self.drain_kick_s = self.settings.timeout_s
         self.owner_key = prefix + "drained-by"
@@ -312,11 +222,23 @@ class KubernetesScheduler:
             return None
         return self._restore(host, node)
 
+    def operator_upgrade(self, node: dict[str, Any]) -> str | None:
+        """The GPU Operator's upgrade state when it is working on this node (its label set and
+        not `upgrade-done`), else None."""
+        state = self._meta(node, "labels").get(GPU_OPERATOR_STATE)
+        return state if state and state != GPU_OPERATOR_DONE else None
+
     def admin_state(self, node: dict[str, Any], jobs: Sequence[str] | str = ()) -> AdminState:
         """The node's state; `jobs` (pods still to go, or the error listing them) keep a cordoned
-        node `draining`."""
+        node `draining`. A node the GPU Operator is upgrading (and fleet did not cordon) is
+        `draining` by the GPU Operator, whatever its cordon: fleet leaves it alone."""
         notes = self._meta(node, "annotations")
         ours = self.ours(node)
+        upgrading = None if ours else self.operator_upgrade(node)
+        if upgrading:
+            return AdminState("draining", f"the GPU Operator is upgrading its driver "
+                                          f"({GPU_OPERATOR_STATE}={upgrading})", False,
+                              "gpu-operator", tuple(jobs) if not isinstance(jobs, str) else ())
         reason = notes.get(self.reason_key) if ours else notes.get(NVSENTINEL_REASON)
         owner = None if ours else notes.get(NVSENTINEL_BY)
         ready, why = self.ready(node)
@@ -351,7 +273,7 @@ class KubernetesScheduler:
         if isinstance(node, str):
             return HostResult.failed(host, node)
         self._forget_stale(host, node)
-        if self.unschedulable(node) or not self.ready(node)[0]:
+        if self.unschedulable(node) or not self.ready(node)[0] or self.operator_upgrade(node):
             return HostResult(host, False)
         pods = self.pods(host)
         if isinstance(pods, str):
@@ -372,8 +294,8 @@ class KubernetesScheduler:
             if isinstance(node, str):
                 return HostResult.failed(host, node)
         ours = self.ours(node)
-        if self.unschedulable(node) and not ours:
-            return HostResult(host, None, changed=False)  # someone else's cordon: leave it
+        if (self.unschedulable(node) or self.operator_upgrade(node)) and not ours:
+            return HostResult(host, None, changed=False)  # someone else's: leave it
         ready, why = self.ready(node)
         if not ready and not ours:
             return HostResult.failed(host, f"node is NotReady ({why}); not taking it over")
@@ -399,9 +321,31 @@ class KubernetesScheduler:
         if rc != 0:
             failure = parse_drain_failure(f"{err}\n{out}")
             detail = failure.summary() or tail(err or out) or "no output"
+            if failure.pdb_blocked:
+                detail += self._budgets(host, list(failure.pdb_blocked))
             return HostResult(host, None, ok=False, changed=changed,
                               error=f"kubectl drain {host} failed (exit {rc}): {detail}")
         return HostResult(host, None, changed=changed)
+
+    def _budgets(self, host: str, blocked: Sequence[str]) -> str:
+        """Which PodDisruptionBudgets held the `blocked` pods (the API server's refusal names
+        none), read from their namespaces: "; held by budget(s) ns/name (...)"."""
+        pods = self.pods(host)
+        by_name = {pod_name(p): p for p in pods} if not isinstance(pods, str) else {}
+        found: set[str] = set()
+        for ns in sorted({p.split("/", 1)[0] for p in blocked}):
+            rc, out, err = self._kubectl("get", "poddisruptionbudgets", "-n", ns, "-o", "json")
+            try:
+                items = json.loads(out).get("items") if rc == 0 else None
+            except (ValueError, AttributeError):
+                items = None
+            if not isinstance(items, list):
+                return f"; the budgets in {ns} could not be read: {tail(err or out) or rc}"
+            for pod in blocked:
+                if pod in by_name:
+                    found.update(budgets_for([i for i in items if isinstance(i, dict)],
+                                             by_name[pod]))
+        return f"; held by budget(s) {', '.join(sorted(found))}" if found else ""
 
     def _take(self, host: str, node: dict[str, Any], reason: str) -> str | None:
         labels = self._meta(node, "labels")

@@ -41,3 +41,20 @@ def test_subprocess_runner_timeout_and_missing_command() -> None:
     assert rc == 127
     rc, out, _ = run(["echo", "a; rm -rf /"], 5)  # an argv, never a shell
     assert rc == 0 and out == "a; rm -rf /\n"
+
+
+def test_kubernetes_takes_the_inventorys_kubeconfig() -> None:
+    """The lab's inventory names its own kubeconfig: `--scheduler kubernetes` reaches that
+    cluster, never ~/.kube/config; hosts naming different files are refused."""
+    from fleet.domain.ports import HostRef
+    from fleet.schedulers import scheduler_for
+
+    refs = [HostRef(n, data={"scheduler": "slurm", "kubeconfig": "/run/lab/kube/kubeconfig"})
+            for n in ("h1", "h2")]
+    sched = scheduler_for("kubernetes", refs)
+    assert isinstance(sched, KubernetesScheduler)
+    assert sched.global_args == ["--kubeconfig", "/run/lab/kube/kubeconfig"]
+    assert scheduler_for("kubernetes", [HostRef("h1")]).global_args == []  # type: ignore[attr-defined]
+    other = HostRef("h3", data={"kubeconfig": "/elsewhere"})
+    with pytest.raises(BadInput, match="different kubeconfig"):
+        scheduler_for("kubernetes", [*refs, other])
