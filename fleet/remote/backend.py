@@ -245,17 +245,16 @@ class SshBackend:
 
     def reboot(self, hosts: Sequence[str], *, gate: RebootPass) -> dict[str, HostResult[None]]:
         """Only hosts the pre-reboot gate passed (`fleet.jobs.reboot_gate.gated_reboot`)."""
-        from pyinfra.operations import server
-
         from fleet.domain.ports import HostResult
         from fleet.domain.reboot_gate import require_pass
+        from fleet.remote.reboot_wait import reboot
 
         require_pass(gate, hosts)
 
         start = time.monotonic()
         with self._connect(hosts) as conn:
             out: dict[str, HostResult[None]] = self._unreachable(conn)
-            done = apply(conn, server.reboot, lambda h: {
+            done = apply(conn, reboot, lambda h: {
                 "delay": 2, "interval": 1, "reboot_timeout": self.reboot_timeout})
         for name, outcome in done.items():
             if name in out:

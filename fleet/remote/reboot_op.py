@@ -4,8 +4,8 @@ At run time, after the operations before it have put the packages in, it reads t
 facts (the probe, shipped inline), asks `fleet.domain.reboot_gate.judge_next_boot` whether the
 next-boot kernel will load the release's module, and fails the host with the gate's finding
 (pyinfra then runs nothing more on it) instead of rebooting into a kernel without its driver.
-Only then come pyinfra's own reboot commands. `fleet apply` takes the same decision through
-`fleet.jobs.reboot_gate.gated_reboot`.
+Only then comes the reboot (`fleet.remote.reboot_wait`: back on a new boot id). `fleet apply`
+takes the same decision through `fleet.jobs.reboot_gate.gated_reboot`.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import Any
 from pyinfra.api.command import FunctionCommand
 from pyinfra.api.exceptions import OperationError
 from pyinfra.api.operation import operation
-from pyinfra.operations import server
 
 from fleet.remote.probe_fact import HostProbe
+from fleet.remote.reboot_wait import reboot
 
 
 @operation(is_idempotent=False)
@@ -29,7 +29,7 @@ def gated_reboot(driver: str, flavor: str | None = None, delay: int = 2, interva
 
     + driver: the release's driver version ("580.95.05")
     + flavor: ``open`` or ``proprietary`` (None: either)
-    + delay, interval, reboot_timeout: as ``server.reboot``
+    + delay, interval, reboot_timeout: as ``fleet.remote.reboot_wait.reboot``
     """
 
     def pre_reboot_gate(state: Any, host: Any) -> None:
@@ -45,5 +45,4 @@ def gated_reboot(driver: str, flavor: str | None = None, delay: int = 2, interva
             raise OperationError(verdict.finding.message)
 
     yield FunctionCommand(pre_reboot_gate, (), {})
-    yield from server.reboot._inner(delay=delay, interval=interval,
-                                    reboot_timeout=reboot_timeout)
+    yield from reboot._inner(delay=delay, interval=interval, reboot_timeout=reboot_timeout)

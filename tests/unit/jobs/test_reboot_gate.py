@@ -243,21 +243,23 @@ def test_rollout_never_reboots_a_host_the_gate_refuses(matrix: Matrix, tmp_path:
 
 
 # ------------------------------------------------------------ no reboot outside the gate
-_CALL = re.compile(r"\.(reboot|reboot_nodes)\(|server\.reboot\b")
+_CALL = re.compile(r"\.(reboot|reboot_nodes)\(|server\.reboot\b|reboot_wait\b")
 _SHELL = re.compile(r"""['"][^'"]*(?<![\w/-])(systemctl\s+(reboot|kexec)|shutdown\s+-r|"""
                     r"""reboot\s+(-f|now)|(/usr)?/sbin/reboot|init\s+6|kexec\s+-e)\b""")
 """A reboot typed as a shell command (`backend.exec("systemctl reboot")`) skips the gate too."""
 _ALLOWED = {
     "fleet/jobs/reboot_gate.py",  # the one caller: backend.reboot(names, gate=...)
     "fleet/sim/scheduler.py",  # scontrol reboot in the simulation reboots the sim fleet (gated)
-    "fleet/remote/backend.py",  # SshBackend.reboot's own pyinfra server.reboot, behind the pass
-    "fleet/remote/reboot_op.py",  # the gate as a pyinfra operation, then server.reboot's steps
+    "fleet/remote/backend.py",  # SshBackend.reboot runs reboot_wait.reboot, behind the pass
+    "fleet/remote/reboot_op.py",  # the gate as a pyinfra operation, then reboot_wait's steps
+    "fleet/remote/reboot_wait.py",  # the reboot operation itself, imported only by the two above
     "fleet/cli/lab_cmd.py",  # `fleet lab reboot`: the lab harness's power button, not a deploy
 }
 
 
 def test_no_reboot_call_site_outside_the_gate() -> None:
-    """Every `.reboot(` / `.reboot_nodes(` / `server.reboot(` in the shipped code is the gate,
+    """Every `.reboot(` / `.reboot_nodes(` / `server.reboot(` / `reboot_wait` in the shipped
+    code is the gate,
     a backend behind its pass, or a lambda handed to the gate (`reboot=`); no shipped string
     is a shell command that reboots."""
     bad = []
