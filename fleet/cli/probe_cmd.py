@@ -24,7 +24,7 @@ MatrixOpt = Annotated[Path | None, typer.Option(
     envvar="FLEET_MATRIX")]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
 
-_STYLE = {"fail": "red", "warn": "yellow", "ok": "green"}
+_STYLE = {"fail": "red", "warn": "yellow", "ok": "green", "unknown": "red"}
 _RANK = {"fail": 0, "warn": 1, "ok": 2}
 
 
@@ -110,8 +110,10 @@ def probe(
         t = Grid(("host", "pool", "reachable", "source", "driver", "gpus", "worst"),
                  prose=("reachable",))
         for r in results:
-            worst = min((f.severity.value for f in r.findings),
-                        key=lambda s: _RANK.get(s, 3), default="ok")
+            # a host that was not probed has no findings: unknown, never "ok"
+            worst = "unknown" if r.facts is None else min(
+                (f.severity.value for f in r.findings), key=lambda s: _RANK.get(s, 3),
+                default="ok")
             t.add_row(esc(r.host), esc(r.pool or ""),
                       "yes" if r.reachable else f"[red]no[/]: {esc(r.error)}",
                       r.facts.source if r.facts else "", esc(r.facts.versions.driver_library or "")

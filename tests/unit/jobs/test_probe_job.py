@@ -63,3 +63,19 @@ def test_probe_command_runs_the_shipped_probe_and_refuses_odd_cursors() -> None:
 
     with pytest.raises(ValueError):
         probe_command("x'; reboot; '")
+
+
+def test_the_probe_table_never_shows_an_unprobed_host_as_ok(tmp_path: Path) -> None:
+    """A host that could not be probed has no findings: its "worst" is unknown, never "ok"."""
+    import os
+
+    inv = write_inventory(tmp_path, local_probe_lines())
+    r = subprocess.run([sys.executable, "-m", "fleet", "probe", "-i", str(inv), "-o", "tsv"],
+                       capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "FLEET_DB": str(tmp_path / "h.db")})
+    assert r.returncode == 3, r.stderr
+    rows = {line.split("\t")[0]: line.split("\t") for line in r.stdout.splitlines()}
+    header = rows.pop("host")
+    worst = {host: row[header.index("worst")] for host, row in rows.items()}
+    assert worst["127.0.0.1"] == "unknown", r.stdout
+    assert worst["@fake/gpu-01"] != "unknown"
