@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fleet.domain.boot_facts import BootFacts
 from fleet.domain.fact_base import FactsModel
-from fleet.domain.node_facts import FabricManagerFacts, GpuNodeState
+from fleet.domain.node_facts import FabricManagerFacts, GpuNodeState, NodeTools
 
 FactsSource = Literal[
     "nvml", "nvidia-smi", "nvidia-smi-xml", "nvidia-smi-q", "nvidia-smi-csv", "none"
@@ -298,6 +298,8 @@ class HostFacts(_Facts):
     upgrade_guard: UpgradeGuard | None = None
     fabric_manager: FabricManagerFacts | None = None
     """Fabric Manager's service and version (None: not collected; see fleet.domain.node_facts)."""
+    node_tools: NodeTools | None = None
+    """fleet's boot unit and NVIDIA's MIG tools on the host (None: not collected)."""
 
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 

@@ -138,3 +138,27 @@ class FabricManagerFacts(FactsModel):
     service: str | None = None
     """systemd's ActiveState of nvidia-fabricmanager ("active", "failed", "inactive")."""
     nvswitch_count: int | None = None
+
+
+class NodeTools(FactsModel):
+    """What on the host bears on putting its node state right (the probe's `node_tools`):
+    fleet's boot unit as it is now (sha256 of each file; None: absent, or unreadable with its
+    reason in `unreadable`), and NVIDIA's MIG tools. nvidia-mig-manager.service applies its own
+    mig-parted config at every boot; where it is enabled, fleet leaves MIG to it rather than
+    fight it (fleet.domain.node_plan)."""
+
+    boot_unit_sha256: str | None = None
+    boot_script_sha256: str | None = None
+    mig_parted_file_sha256: str | None = None
+    boot_enabled: bool | None = None
+    """The `multi-user.target.wants` link of fleet-node-state.service is there."""
+    mig_parted: str | None = None
+    """The nvidia-mig-parted binary's path; None: not installed."""
+    mig_manager_unit: str | None = None
+    """nvidia-mig-manager.service's unit file; None: not installed."""
+    mig_manager_enabled: bool | None = None
+    mig_manager_config: str | None = None
+    """MIG_PARTED_SELECTED_CONFIG of its drop-ins: the config it applies at boot."""
+
+    def reason(self, field: str) -> str:
+        return self.unreadable.get(field, "not collected")

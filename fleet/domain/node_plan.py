@@ -10,13 +10,17 @@ flashed: a difference is a note naming the tool that updates it.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from fleet.domain.facts import GpuFacts
 from fleet.domain.matrix.profiles import Clocks, MigDeviceGroup, NodeProfile, best_key
 from fleet.domain.node_commands import shell_line
+from fleet.domain.node_facts import NodeTools
 
 FIRMWARE_TOOL = ("nvfwupd (NVIDIA's firmware update tool, through the machine's BMC) or the "
                  "server vendor's firmware bundle; fleet never flashes firmware")
@@ -47,6 +51,8 @@ class NodePlan:
     unknown: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # firmware and what fleet cannot apply
     reboot_due: bool = False  # a pending ECC change waits for a reboot already
+    mig_parted_layout: str | None = None
+    """The mig-parted file the boot unit's and the steps' `nvidia-mig-parted apply` read."""
     gpus: list[int] = field(default_factory=list)  # the GPU indices planned for
 
     @property
@@ -85,17 +91,31 @@ def _mig_group(groups: Sequence[MigDeviceGroup], g: GpuFacts) -> MigDeviceGroup 
 
 
 def plan_node(gpus: Sequence[GpuFacts], profile: NodeProfile,
-              mig_parted: bool = False) -> NodePlan:
+              tools: NodeTools | None = None) -> NodePlan:
     """The steps that bring these GPUs to `profile`, and the boot unit's commands.
-    `mig_parted`: the host has nvidia-mig-parted, which applies the whole layout in one go."""
+    `tools`: what the host has (the probe's `node_tools`). With nvidia-mig-parted, the whole
+    layout is applied in one go from the file fleet writes beside it (`MIG_PARTED_FILE`);
+    where NVIDIA's nvidia-mig-manager service is enabled, it applies its own config at every
+    boot, so fleet plans nothing for MIG (two tools fighting over a GPU's instances at boot):
+    a note says so, and the `node.mig_*` checks still judge the layout."""
     plan = NodePlan()
+    manager = tools is not None and tools.mig_manager_enabled is True
+    mig_parted = tools is not None and tools.mig_parted is not None and not manager
+    if manager and profile.mig is not None:
+        assert tools is not None
+        plan.notes.append(
+            f"MIG left to nvidia-mig-manager.service (enabled; it applies config "
+            f"{tools.mig_manager_config or '(none set)'} at boot), not to fleet: set its "
+            f"MIG_PARTED_SELECTED_CONFIG to {profile.mig.config} with this layout, or disable "
+            "it to let fleet manage MIG")
     for g in gpus:
         if g.index is None:
             plan.unknown.append("a GPU without an index")
             continue
         plan.gpus.append(g.index)
         _gpu_settings(plan, g, profile)
-        _mig(plan, g, profile, mig_parted)
+        if not manager:
+            _mig(plan, g, profile, mig_parted)
         _firmware(plan, g, profile)
     if mig_parted and profile.mig is not None and any(s.setting == "mig_layout"
                                                       for s in plan.steps):
@@ -106,6 +126,7 @@ def plan_node(gpus: Sequence[GpuFacts], profile: NodeProfile,
     if mig_parted and profile.mig is not None and _mig_declared(profile):
         plan.boot = [c for c in plan.boot if c[:2] != ("nvidia-smi", "mig")] + [
             ("nvidia-mig-parted", "apply", "-f", MIG_PARTED_FILE, "-c", profile.mig.config)]
+        plan.mig_parted_layout = mig_parted_file(profile)
     order = {"persistence_mode": 0, "compute_mode": 1, "power_limit_w": 2, "clocks": 3,
              "mig_mode": 4, "mig_layout": 5, "ecc": 6}
     plan.steps.sort(key=lambda s: (order.get(s.setting, 9), s.gpu))
@@ -113,6 +134,18 @@ def plan_node(gpus: Sequence[GpuFacts], profile: NodeProfile,
 
 
 MIG_PARTED_FILE = "/etc/fleet/mig-parted.yaml"
+
+
+def mig_parted_file(profile: NodeProfile) -> str | None:
+    """The profile's chosen MIG config as a mig-parted file (JSON, which is YAML too): the one
+    config fleet applies, so the file holds nothing else to pick by mistake."""
+    mig = profile.mig
+    groups = mig.groups() if mig is not None else None
+    if mig is None or groups is None:
+        return None
+    doc = {"version": "v1", "mig-configs": {mig.config: [
+        g.model_dump(mode="json", by_alias=True, exclude_none=True) for g in groups]}}
+    return json.dumps(doc, indent=2, sort_keys=True) + "\n"
 
 
 def _mig_declared(profile: NodeProfile) -> bool:
@@ -318,7 +351,41 @@ def boot_unit(plan: NodePlan) -> dict[str, str]:
         "WantedBy=multi-user.target",
         "",
     ])
-    return {BOOT_UNIT: unit, BOOT_SCRIPT: "\n".join(lines) + "\n"}
+    files = {BOOT_UNIT: unit, BOOT_SCRIPT: "\n".join(lines) + "\n"}
+    if plan.mig_parted_layout is not None:
+        files[MIG_PARTED_FILE] = plan.mig_parted_layout
+    return files
+
+
+BootState = Literal["current", "missing", "stale", "unknown"]
+
+
+def boot_state(files: dict[str, str], tools: NodeTools | None) -> BootState:
+    """The boot unit on the host against `files` (what `boot_unit` writes): `missing` (a file
+    or the enabling link absent), `stale` (a file differs), `current`, or `unknown` where the
+    probe did not read it (an older probe, or a file it could not read): then the apply writes
+    it where it differs and the dry run says so."""
+    if not files:
+        return "current"
+    if tools is None:
+        return "unknown"
+    state: BootState = "current"
+    for key, path in (("boot_unit_sha256", BOOT_UNIT), ("boot_script_sha256", BOOT_SCRIPT),
+                      ("mig_parted_file_sha256", MIG_PARTED_FILE)):
+        if path not in files:
+            continue
+        if key in tools.unreadable:
+            return "unknown"
+        have = getattr(tools, key)
+        if have is None:
+            state = "missing"
+        elif have != hashlib.sha256(files[path].encode()).hexdigest() and state == "current":
+            state = "stale"
+    if tools.boot_enabled is None:
+        return "unknown"
+    if not tools.boot_enabled:
+        state = "missing"
+    return state
 
 
 BOOT_UNIT = "/etc/systemd/system/fleet-node-state.service"

@@ -279,10 +279,11 @@ def _waits_for_reboot(node: NodeChange | None) -> bool:
 
 
 def _boot_units(backend: Backend, results: dict[str, HostApply]) -> None:
-    """Hosts whose node state already matches still get the boot unit that keeps it across
-    a reboot, where it is missing or differs (no drain: it only writes files)."""
+    """Hosts whose node state already matches, and whose boot unit the probe did not read,
+    still get the boot unit that keeps it across a reboot, where it is missing or differs (no
+    drain: it only writes files); one read as missing or stale is a change of its own."""
     idle = {n: r.node for n, r in results.items() if r.outcome == "unchanged"
-            and r.node is not None and r.node.boot_files}
+            and r.node is not None and r.node.boot_files and r.node.boot_state == "unknown"}
     if not idle:
         return
     put_right(backend, idle, lambda names: {})

@@ -24,7 +24,14 @@ from fleet.domain.facts import HostFacts
 from fleet.domain.matrix.models import Matrix
 from fleet.domain.matrix.profiles import NodeProfile
 from fleet.domain.node_commands import show
-from fleet.domain.node_plan import BOOT_UNIT, NodePlan, boot_unit, plan_node
+from fleet.domain.node_plan import (
+    BOOT_UNIT,
+    BootState,
+    NodePlan,
+    boot_state,
+    boot_unit,
+    plan_node,
+)
 from fleet.domain.ports import Backend, HostRef, HostResult, NodeCommands
 
 Reboot = Callable[[list[str]], Mapping[str, HostResult[None]]]
@@ -41,12 +48,14 @@ class NodeChange:
     """The boot unit that reapplies what a reboot forgets (empty: nothing to reapply)."""
     applied: bool = False  # its steps ran and succeeded
     boot_written: bool = False  # the boot unit was missing or different, and was written
+    boot_state: BootState = "current"
+    """The boot unit on the host against `boot_files` when planned (`node_plan.boot_state`)."""
     rebooted: bool = False  # the reboot its ECC change waits for was done
     error: str | None = None
 
     @property
     def changed(self) -> bool:
-        return self.plan.changed
+        return self.plan.changed or self.boot_state in ("missing", "stale")
 
     @property
     def drain(self) -> bool:
@@ -62,8 +71,10 @@ class NodeChange:
         if self.plan.reboot_due:
             out.append("node ecc: a change is pending: a drained reboot applies it")
         if self.boot_files:
-            out.append(f"node boot unit: {BOOT_UNIT} reapplies {len(self.plan.boot)} "
-                       "setting(s) at boot (written where it differs)")
+            what = {"missing": "missing -> written", "stale": "differs -> rewritten",
+                    "current": "as planned", "unknown": "not read: written where it differs"}
+            out.append(f"node boot unit: {what[self.boot_state]}: {BOOT_UNIT} reapplies "
+                       f"{len(self.plan.boot)} setting(s) at boot")
         out += [f"node (not changed by fleet): {n}" for n in self.plan.notes]
         out += [f"node (unknown, left alone): {u}" for u in self.plan.unknown]
         return out
@@ -77,6 +88,7 @@ class NodeChange:
             "reboot": self.plan.reboot, "drain": self.plan.drain,
             "notes": list(self.plan.notes), "unknown": list(self.plan.unknown),
             "boot_unit": sorted(self.boot_files), "boot_written": self.boot_written,
+            "boot_state": self.boot_state,
             "applied": self.applied, "rebooted": self.rebooted, "error": self.error,
         }
 
@@ -119,8 +131,10 @@ def plan_nodes(backend: Backend, matrix: Matrix, refs: Sequence[HostRef]
         elif not got.value.gpus:
             change.plan.unknown.append(f"no GPU facts (source {got.value.source})")
         else:
-            change.plan = plan_node(got.value.gpus, profile)
+            tools = got.value.node_tools
+            change.plan = plan_node(got.value.gpus, profile, tools)
             change.boot_files = boot_unit(change.plan) if change.plan.boot else {}
+            change.boot_state = boot_state(change.boot_files, tools)
         out[ref.name] = change
     return out
 

@@ -1489,6 +1489,76 @@ def probe_fabric_manager(h):
     return out
 
 
+# fleet's boot unit (fleet.domain.node_plan.BOOT_*; a unit test keeps the paths equal) and
+# NVIDIA's MIG tools: nvidia-mig-parted, and nvidia-mig-manager.service, which applies its own
+# MIG config at every boot (mig-parted deployments/systemd: unit in /usr/lib/systemd/system,
+# `systemctl enable` link, the selected config in a drop-in's MIG_PARTED_SELECTED_CONFIG).
+NODE_BOOT_FILES = (("boot_unit_sha256", "/etc/systemd/system/fleet-node-state.service"),
+                   ("boot_script_sha256", "/usr/local/sbin/fleet-node-state"),
+                   ("mig_parted_file_sha256", "/etc/fleet/mig-parted.yaml"))
+NODE_BOOT_WANTS = "/etc/systemd/system/multi-user.target.wants/fleet-node-state.service"
+MIG_PARTED_BINARIES = ("/usr/bin/nvidia-mig-parted", "/usr/local/bin/nvidia-mig-parted",
+                       "/usr/sbin/nvidia-mig-parted")
+MIG_MANAGER = "nvidia-mig-manager.service"
+SYSTEMD_UNIT_DIRS = ("/etc/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system")
+_SELECTED = re.compile(r'^\s*Environment\s*=\s*(.*)$', re.M)
+
+
+def parse_selected_config(dropins):
+    """The MIG config nvidia-mig-manager applies at boot: MIG_PARTED_SELECTED_CONFIG as the
+    unit's drop-ins set it (texts in systemd's order: a later one wins); None when none does."""
+    chosen = None
+    for text in dropins:
+        for line in _SELECTED.findall(text):
+            for item in re.findall(r'"([^"]*)"|(\S+)', line):
+                word = item[0] or item[1]
+                if word.startswith("MIG_PARTED_SELECTED_CONFIG="):
+                    chosen = word.split("=", 1)[1] or None
+    return chosen
+
+
+def probe_node_tools(h):
+    """fleet's boot unit as it is on the host (sha256 of each file, None when absent; enabled
+    or not) and NVIDIA's MIG tools: nvidia-mig-parted's path (None: not installed) and the
+    nvidia-mig-manager service (unit path, enabled, the config it applies). Never raises."""
+    out = {}
+    for key, path in NODE_BOOT_FILES:
+        data = _read_bytes(h, path, 1 << 20)
+        if is_err(data):
+            out[key] = None if data["error"] == "not_found" else data
+        else:
+            out[key] = hashlib.sha256(data).hexdigest()
+    out["boot_enabled"] = os.path.lexists(h.path(NODE_BOOT_WANTS))
+    out["mig_parted"] = next((b for b in MIG_PARTED_BINARIES if os.path.exists(h.path(b))), None)
+    unit = next((f"{d}/{MIG_MANAGER}" for d in SYSTEMD_UNIT_DIRS
+                 if os.path.exists(h.path(f"{d}/{MIG_MANAGER}"))), None)
+    out["mig_manager_unit"] = unit
+    if unit is None:
+        return out
+    out["mig_manager_enabled"] = any(
+        os.path.lexists(h.path(f"/etc/systemd/system/{t}.wants/{MIG_MANAGER}"))
+        for t in ("multi-user.target", "nvidia-gpu-reset.target"))
+    dropins = {}  # systemd: every folder's *.conf in name order; /etc's hides a same name
+    for d in SYSTEMD_UNIT_DIRS[::-1]:
+        try:
+            names = os.listdir(h.path(f"{d}/{MIG_MANAGER}.d"))
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            out["mig_manager_config"] = err("os_error", e)
+            return out
+        dropins.update({n: f"{d}/{MIG_MANAGER}.d/{n}" for n in names if n.endswith(".conf")})
+    texts = []
+    for n in sorted(dropins):
+        t = h.read(dropins[n], 1 << 16)
+        if is_err(t):
+            out["mig_manager_config"] = t
+            return out
+        texts.append(t)
+    out["mig_manager_config"] = parse_selected_config(texts)
+    return out
+
+
 _BOOT_LINE = re.compile(rb"kernel: \[\s*0\.\d+\] Linux version ")
 
 
@@ -2622,6 +2692,7 @@ def probe(since=None, root="/", kernel_log="auto", frameworks=True):
     )
     facts["pci_gpus"] = probe_pci_gpus(h)
     facts["fabric_manager"] = probe_fabric_manager(h)
+    facts["node_tools"] = probe_node_tools(h)
     pk = facts["versions"]["packages"]
     facts["upgrade_guard"] = probe_upgrade_guard(
         h, {pk.get("manager")} if isinstance(pk, dict) and not is_err(pk) else set())

@@ -143,12 +143,13 @@ def node_commands(commands: list[list[str]], files: dict[str, str] | None = None
       no other path is accepted
     """
     from fleet.domain.node_commands import shell_line
-    from fleet.domain.node_plan import BOOT_SCRIPT, BOOT_UNIT, BOOT_WANTS
+    from fleet.domain.node_plan import BOOT_SCRIPT, BOOT_UNIT, BOOT_WANTS, MIG_PARTED_FILE
 
     lines = [shell_line(argv) for argv in commands]  # all checked before the first runs
     files = dict(files or {})
-    if set(files) - {BOOT_UNIT, BOOT_SCRIPT}:
-        raise ValueError(f"not a boot-unit file: {sorted(set(files) - {BOOT_UNIT, BOOT_SCRIPT})}")
+    allowed = {BOOT_UNIT, BOOT_SCRIPT, MIG_PARTED_FILE}
+    if set(files) - allowed:
+        raise ValueError(f"not a boot-unit file: {sorted(set(files) - allowed)}")
     have: dict[str, str | None] = {}
     if files:
         answer: dict[str, str | None] = host.get_fact(FileContents,
@@ -156,8 +157,11 @@ def node_commands(commands: list[list[str]], files: dict[str, str] | None = None
         have = dict(answer)
     for path, content in sorted(files.items()):
         if have.get(path) != content:
-            lines.append(write_file_command(path, content,
-                                            "755" if path == BOOT_SCRIPT else "644"))
+            write = write_file_command(path, content, "755" if path == BOOT_SCRIPT else "644")
+            if path == MIG_PARTED_FILE:  # `nvidia-mig-parted apply -f` among the commands
+                lines.insert(0, write)
+            else:
+                lines.append(write)
     unit = files.get(BOOT_UNIT)
     if unit is not None and have.get(BOOT_WANTS) != unit:
         lines.append(f"mkdir -p {shlex.quote(posixpath.dirname(BOOT_WANTS))} && "

@@ -144,12 +144,12 @@ def current_release(matrix_path: Path) -> str:
     return current
 
 
-def fleet_apply(matrix_path: Path, release: str, db: Path) -> dict:
+def fleet_apply(matrix_path: Path, release: str, db: Path, *extra: str) -> dict:
     """`fleet apply -r RELEASE -l h2 --json` (a process of its own, as an operator runs it):
     the host's entry of the JSON document."""
     r = subprocess.run([sys.executable, "-m", "fleet", "--db", str(db), "apply", "-m",
                         str(matrix_path), "-i", str(ROOT / "inventories" / "lab.py"), "-r",
-                        release, "-l", HOST, "--json"], cwd=ROOT, capture_output=True,
+                        release, "-l", HOST, "--json", *extra], cwd=ROOT, capture_output=True,
                        text=True, timeout=300)
     assert "Traceback" not in r.stderr, r.stderr
     (host,) = json.loads(r.stdout)["hosts"]
@@ -183,26 +183,44 @@ def test_fleet_apply_puts_the_settable_node_state_right(history, lab_paths, tmp_
     assert second["node_state"]["steps"] == []
 
 
-def test_the_boot_unit_puts_back_what_a_reboot_forgets(history, hosts, tmp_path) -> None:
-    """A profile with a power limit below the default: `fleet apply` sets it and installs the
-    boot unit; after a reboot (which resets the limit) the unit has set it again before the
-    first probe, so the probe finds nothing."""
+def test_the_boot_unit_puts_back_what_a_reboot_forgets(history, hosts, lab_paths,
+                                                       tmp_path) -> None:
+    """A profile with a power limit below the default and a MIG layout on GPU 5, whose
+    instances are lost (MIG mode on, none left): `fleet apply` sets the limit, re-creates the
+    instances and installs the boot unit; after a reboot (which resets the limit and destroys
+    every MIG instance) the unit has put both back before the first probe, so the probe finds
+    them. Then, with the unit removed by hand, the dry run lists it as a change."""
     from fleet.domain.node_plan import BOOT_SCRIPT, BOOT_UNIT, BOOT_WANTS
 
     doc = yaml.safe_load((ROOT / "matrices" / "lab.yaml").read_text())
-    doc["profiles"]["hgx-h100"]["gpu"]["power_limit_w"] = 500
+    prof = doc["profiles"]["hgx-h100"]
+    prof["gpu"]["power_limit_w"] = 500
+    prof["mig"] = {"config": "gpu5-halves", "layout": {"version": "v1", "mig-configs": {
+        "gpu5-halves": [{"devices": [5], "mig-enabled": True, "mig-devices": {"3g.40gb": 2}},
+                        {"devices": "all", "mig-enabled": False}]}}}
     matrix = tmp_path / "m.yaml"
     matrix.write_text(yaml.safe_dump(doc, sort_keys=False))
     release = current_release(matrix)
     h = hosts[HOST]
+    lab.inject(lab_paths, HOST, ["mig-layout-lost:gpu=5"])
     try:
         res = fleet_apply(matrix, release, tmp_path / "f.db")
         assert res["outcome"] == "changed", res["error"]
         assert res["node_state"]["boot_unit"]
+        assert "mig_layout" in {s["setting"] for s in res["node_state"]["steps"]}
+        g = facts(history).gpus
+        assert sorted(d.profile for d in g[5].mig_devices or []) == ["3g.40gb", "3g.40gb"]
         assert h.sh(f"test -x {BOOT_SCRIPT} && test -L {BOOT_WANTS} && echo ok")[1].strip() == "ok"
         h.reboot_and_wait()
         g = facts(history).gpus
-        assert [x.power_limit_w for x in g] == [500.0] * 8, h.sh(
-            "cat /var/log/fleet-node-state.log", check=False)[1]
-    finally:
+        log = h.sh("cat /var/log/fleet-node-state.log", check=False)[1]
+        assert [x.power_limit_w for x in g] == [500.0] * 8, log
+        assert g[5].mig_mode_current is True, log
+        assert sorted(d.profile for d in g[5].mig_devices or []) == ["3g.40gb", "3g.40gb"], log
         h.sh(f"rm -f {BOOT_WANTS} {BOOT_UNIT} {BOOT_SCRIPT}")
+        dry = fleet_apply(matrix, release, tmp_path / "f.db", "--dry")
+        assert dry["outcome"] == "would_change", dry
+        assert dry["node_state"]["boot_state"] == "missing" and dry["node_state"]["steps"] == []
+    finally:
+        h.sh(f"rm -f {BOOT_WANTS} {BOOT_UNIT} {BOOT_SCRIPT}; nvidia-smi mig -i 5 -dci; "
+             "nvidia-smi mig -i 5 -dgi; nvidia-smi -i 5 -mig 0", check=False)

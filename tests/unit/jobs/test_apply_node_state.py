@@ -5,6 +5,7 @@ firmware is never touched. The SSH side: tests/integration/lab/test_node_state_l
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -51,8 +52,20 @@ class NodeBackend(MemoryBackend):
         for h, res in out.items():
             assert res.value is not None
             data = res.value.model_dump(mode="json", by_alias=True, exclude_none=True)
-            res.value = HostFacts.model_validate({**data, "gpus": self.gpus[h]})
+            res.value = HostFacts.model_validate({**data, "gpus": self.gpus[h],
+                                                  "node_tools": self.tools(h)})
         return out
+
+    def tools(self, host: str) -> dict[str, Any]:
+        """The probe's `node_tools` as the host's boot unit files make it."""
+        files = self.boot.get(host, {})
+
+        def sha(path: str) -> str | None:
+            return hashlib.sha256(files[path].encode()).hexdigest() if path in files else None
+
+        return {"boot_unit_sha256": sha(BOOT_UNIT), "boot_script_sha256": sha(BOOT_SCRIPT),
+                "boot_enabled": BOOT_UNIT in files, "mig_parted": None,
+                "mig_manager_unit": None}
 
     def run_commands(self, commands: Mapping[str, Sequence[tuple[str, ...]]], *,
                      files: Mapping[str, Mapping[str, str]] | None = None
@@ -208,9 +221,19 @@ def test_the_boot_unit_is_written_once_where_it_is_missing(matrix: Matrix,
     # come back by themselves
     assert script[3:] == ["nvidia-smi -pm 1 || rc=1", "exit $rc"]
     del backend.boot["h1"]  # removed by hand: the node state itself is right
+    backend.boot["h0"][BOOT_SCRIPT] += "nvidia-smi -pl 300\n"  # edited by hand
     with open_history(str(tmp_path / "h.db")) as h:
-        dry = pin_hosts(backend, None, m, {"h1": golden}, now=lambda: NOW, dry=True)
-        assert dry[0].outcome == "unchanged" and "h1" not in backend.boot
+        dry = pin_hosts(backend, None, m, {"h0": golden, "h1": golden}, now=lambda: NOW,
+                        dry=True)
+        assert [r.outcome for r in dry] == ["would_change", "would_change"]
+        assert "h1" not in backend.boot and backend.ran == []
+        assert [r.node.boot_state if r.node else None for r in dry] == ["stale", "missing"]
+        assert dry[1].node is not None and dry[1].node.plan.steps == []
+        assert any(line.startswith("node boot unit: missing -> written")
+                   for line in dry[1].node.lines())
+        assert dry[0].as_dict()["node_state"]["boot_state"] == "stale"
+        fixed = pin_hosts(backend, h, m, {"h0": golden}, now=lambda: NOW)
+        assert fixed[0].outcome == "changed" and "-pl 300" not in backend.boot["h0"][BOOT_SCRIPT]
         first = pin_hosts(backend, h, m, {"h1": golden}, now=lambda: NOW)
         assert first[0].outcome == "changed" and BOOT_UNIT in backend.boot["h1"]
         assert first[0].node is not None and first[0].node.boot_written

@@ -4,11 +4,21 @@ firmware is never flashed. GPU facts in the probe's NVML shape (the lab's H100 d
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
 from fleet.domain.facts import GpuFacts
 from fleet.domain.matrix.profiles import NodeProfile
-from fleet.domain.node_plan import BOOT_SCRIPT, BOOT_UNIT, boot_unit, plan_node
+from fleet.domain.node_facts import NodeTools
+from fleet.domain.node_plan import (
+    BOOT_SCRIPT,
+    BOOT_UNIT,
+    MIG_PARTED_FILE,
+    boot_state,
+    boot_unit,
+    plan_node,
+)
 
 PROFILE: dict[str, Any] = {
     "gpu": {"persistence_mode": True, "ecc": True, "compute_mode": "default",
@@ -107,9 +117,51 @@ def test_mig_layout_drains_recreates_lost_instances_and_is_reapplied_at_boot() -
     assert plan_node(fine, prof).steps == []
     off = plan_node([gpu(0), gpu(1, mig_mode_current=True)], prof)
     assert [s.argv[3:5] for s in off.steps[:2]] == [("-mig", "1"), ("-mig", "0")]
-    parted = plan_node(lost, prof, mig_parted=True)
-    assert [s.argv[0] for s in parted.steps] == ["nvidia-mig-parted"]
+    parted = plan_node(lost, prof, NodeTools(mig_parted="/usr/bin/nvidia-mig-parted"))
+    assert [s.argv for s in parted.steps] == [
+        ("nvidia-mig-parted", "apply", "-f", MIG_PARTED_FILE, "-c", "mixed")]
     assert parted.boot[-1][:2] == ("nvidia-mig-parted", "apply")
+    # the file the command reads is one of the boot unit's files: only the chosen config
+    layout = json.loads(boot_unit(parted)[MIG_PARTED_FILE])
+    assert list(layout["mig-configs"]) == ["mixed"]
+    assert layout["mig-configs"]["mixed"][0]["mig-devices"] == {"1g.10gb": 2, "3g.40gb": 1}
+
+
+def test_an_enabled_nvidia_mig_manager_keeps_mig_and_fleet_plans_none() -> None:
+    """nvidia-mig-manager.service applies its own config at every boot: fleet does not fight
+    it (no MIG step, no MIG line in the boot unit) and says so; the other settings go on."""
+    prof = NodeProfile.model_validate({"mig": MIG, "gpu": {"persistence_mode": True}})
+    lost = [gpu(0, mig_mode_current=True, mig_devices=[], persistence_mode=False), gpu(1)]
+    tools = NodeTools(mig_parted="/usr/bin/nvidia-mig-parted",
+                      mig_manager_unit="/usr/lib/systemd/system/nvidia-mig-manager.service",
+                      mig_manager_enabled=True, mig_manager_config="all-1g.10gb")
+    plan = plan_node(lost, prof, tools)
+    assert [s.setting for s in plan.steps] == ["persistence_mode"]
+    assert not [c for c in plan.boot if "mig" in " ".join(c)]
+    assert "nvidia-mig-manager" in plan.notes[0] and "all-1g.10gb" in plan.notes[0]
+    assert MIG_PARTED_FILE not in boot_unit(plan)
+    # installed but not enabled: fleet manages MIG (through mig-parted, which is there)
+    off = plan_node(lost, prof, tools.model_copy(update={"mig_manager_enabled": False}))
+    assert "mig_layout" in [s.setting for s in off.steps]
+
+
+def test_boot_state_missing_stale_current_and_unknown() -> None:
+    files = boot_unit(plan_node([gpu(0)], NodeProfile.model_validate(PROFILE)))
+
+    def sha(path: str) -> str:
+        return hashlib.sha256(files[path].encode()).hexdigest()
+
+    right = NodeTools(boot_unit_sha256=sha(BOOT_UNIT), boot_script_sha256=sha(BOOT_SCRIPT),
+                      boot_enabled=True)
+    assert boot_state(files, right) == "current"
+    assert boot_state(files, right.model_copy(update={"boot_enabled": False})) == "missing"
+    assert boot_state(files, right.model_copy(update={"boot_script_sha256": None})) == "missing"
+    assert boot_state(files, right.model_copy(update={"boot_unit_sha256": "0" * 64})) == "stale"
+    assert boot_state(files, None) == "unknown"  # not probed: never called current
+    unread = NodeTools.model_validate({**right.model_dump(exclude={"unreadable"}),
+                                       "boot_script_sha256": {"error": "no_permission"}})
+    assert boot_state(files, unread) == "unknown"
+    assert boot_state({}, None) == "current"  # nothing to reapply, nothing to write
 
 
 def test_xml_mig_devices_without_profile_names_are_unknown() -> None:
