@@ -9,7 +9,7 @@ value the profile asks about that could not be read is an unreadable finding, ne
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from fleet.domain.checks.base import (
     FAIL,
@@ -40,22 +40,34 @@ def _gpu_settings(facts: HostFacts, exp: Expectations) -> GpuSettings | None:
     return p.gpu if p is not None else None
 
 
+def _each_gpu(check_id: str, facts: HostFacts, field: str, wanted: object,
+              differ: Callable[[GpuFacts, object], Finding]) -> Iterator[Finding]:
+    """Every GPU's `field` against `wanted`: unreadable where the probe could not read it,
+    `differ(gpu, found)` where it differs."""
+    for g in facts.gpus:
+        found = getattr(g, field)
+        if found is None:
+            yield unreadable(check_id, g, field, g.reason(field), wanted)
+        elif found != wanted:
+            yield differ(g, found)
+
+
 @check("node.ecc", ("gpus.ecc_mode_current",), "ECC mode as the profile wants")
 def ecc(facts: HostFacts, exp: Expectations, th: Thresholds) -> Iterable[Finding]:
     s = _gpu_settings(facts, exp)
     if s is None or s.ecc is None:
         return
-    for g in facts.gpus:
-        if g.ecc_mode_current is None:
-            yield unreadable("node.ecc", g, "ecc_mode_current", g.reason("ecc_mode_current"),
-                             s.ecc)
-        elif g.ecc_mode_current != s.ecc:
-            pending = g.ecc_mode_pending == s.ecc
-            yield mismatch("node.ecc", FAIL, "reboot", g, "ECC", s.ecc, g.ecc_mode_current,
-                           ("drain and reboot (the change is pending)" if pending else
-                            f"nvidia-smi -i {gpu_arg(g)} -e {int(s.ecc)}, then a drained "
-                            "reboot"), "ecc_mode_current",
-                           "takes effect at the next reboot" if pending else "")
+    want = s.ecc
+
+    def differ(g: GpuFacts, found: object) -> Finding:
+        pending = g.ecc_mode_pending == want
+        return mismatch("node.ecc", FAIL, "reboot", g, "ECC", want, found,
+                        ("drain and reboot (the change is pending)" if pending else
+                         f"nvidia-smi -i {gpu_arg(g)} -e {int(want)}, then a drained "
+                         "reboot"), "ecc_mode_current",
+                        "takes effect at the next reboot" if pending else "")
+
+    yield from _each_gpu("node.ecc", facts, "ecc_mode_current", want, differ)
 
 
 @check("node.ecc_pending", ("gpus.ecc_mode_current", "gpus.ecc_mode_pending"),
@@ -104,15 +116,10 @@ def compute_mode(facts: HostFacts, exp: Expectations, th: Thresholds) -> Iterabl
     s = _gpu_settings(facts, exp)
     if s is None or s.compute_mode is None:
         return
-    for g in facts.gpus:
-        if g.compute_mode is None:
-            yield unreadable("node.compute_mode", g, "compute_mode", g.reason("compute_mode"),
-                             s.compute_mode)
-        elif g.compute_mode != s.compute_mode:
-            yield mismatch("node.compute_mode", WARN, "none", g, "compute mode", s.compute_mode,
-                           g.compute_mode,
-                           f"nvidia-smi -i {gpu_arg(g)} -c {_SMI_MODE[s.compute_mode]}",
-                           "compute_mode")
+    want = s.compute_mode
+    yield from _each_gpu("node.compute_mode", facts, "compute_mode", want, lambda g, found: (
+        mismatch("node.compute_mode", WARN, "none", g, "compute mode", want, found,
+                 f"nvidia-smi -i {gpu_arg(g)} -c {_SMI_MODE[want]}", "compute_mode")))
 
 
 def _wanted_watts(s: GpuSettings, g: GpuFacts) -> tuple[float | None, str]:
