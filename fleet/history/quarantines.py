@@ -6,7 +6,9 @@
   The job reserves before it drains, and closes the reservation when the drain fails.
 - `open_record`: the open quarantine of a host with what its `quarantine.open` event recorded
   (which scheduler drained it, and whether fleet did), for `fleet quarantine release`.
-- `is_quarantined`: asked right before a rollout undrains a host (a quarantine outranks it).
+- `is_quarantined` / `quarantined_hosts`: asked right before a rollout undrains a host (a
+  quarantine outranks it); the second answers for every host at once (one query per batch of
+  undrains, not one per host).
 """
 
 from __future__ import annotations
@@ -107,3 +109,11 @@ def is_quarantined(history: History, host: str) -> bool:
                    .join(Host, col(Host.id) == col(Quarantine.host_id))
                    .where(Host.name == host, col(Quarantine.closed_at).is_(None))).one()
     return bool(n)
+
+
+def quarantined_hosts(history: History) -> frozenset[str]:
+    """The hosts with an open quarantine now, in one query (there are few)."""
+    with history.read() as s:
+        names = s.exec(select(Host.name).join(Quarantine, col(Host.id) == col(Quarantine.host_id))
+                       .where(col(Quarantine.closed_at).is_(None))).all()
+    return frozenset(names)

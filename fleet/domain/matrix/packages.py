@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache, lru_cache
 from importlib import resources
 from typing import Any, Literal
@@ -97,6 +97,8 @@ class PackageTruth:
     names: tuple[NameRule, ...]
     versions: tuple[VersionRule, ...]
     sources: Mapping[str, Mapping[str, Any]]
+    _components: dict[tuple[str, Family], str | None] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
 
     def rule_for(self, component: str, family: Family, flavor: str, branch: str,
                  version: str) -> NameRule | None:
@@ -111,11 +113,19 @@ class PackageTruth:
         return rule.forms.get(family, DEFAULT_FORM) if rule else DEFAULT_FORM
 
     def component_of(self, name: str, family: Family) -> str | None:
-        """The component whose default names (any branch, any version) include `name`."""
-        for rule in self.names:
-            if family in rule.families and any(p.match(name) for p in rule.patterns()):
-                return rule.component
-        return None
+        """The component whose default names (any branch, any version) include `name`. Worked
+        out once per name: the checks and the pin ask about every package of every host, and
+        a fleet has a few dozen distinct names."""
+        key = (name, family)
+        try:
+            return self._components[key]
+        except KeyError:
+            pass
+        found = next((rule.component for rule in self.names if family in rule.families
+                      and any(p.match(name) for p in rule.patterns())), None)
+        if len(self._components) < 8192:  # bounded, whatever names a host reports
+            self._components[key] = found
+        return found
 
 
 def _families(value: str) -> tuple[Family, ...]:
@@ -169,13 +179,22 @@ def load() -> PackageTruth:
 def default_names(component: str, version: str, family: Family, *, flavor: str, branch: str,
                   cuda: str, cudnn: str | None) -> list[str]:
     """The data's names for one component of a release; [] when no row fits."""
+    return list(_default_names(component, version, family, flavor, branch, cuda, cudnn))
+
+
+@lru_cache(maxsize=4096)
+def _default_names(component: str, version: str, family: Family, flavor: str, branch: str,
+                   cuda: str, cudnn: str | None) -> tuple[str, ...]:
+    """`default_names`, worked out once per distinct question: a rollout asks
+    `Release.packages` for every host at every step, always about the same few releases (the
+    shipped table it reads is itself loaded once per process)."""
     rule = load().rule_for(component, family, flavor, branch, version)
     if rule is None:
-        return []
+        return ()
     major, minor = cuda_major_minor(cuda)
     ctx = {"branch": branch, "cuda_major": str(major), "cuda_minor": str(minor),
            "cudnn_major": cudnn.split(".", 1)[0] if cudnn else ""}
-    return [_render(n, ctx) for n in rule.names]
+    return tuple(_render(n, ctx) for n in rule.names)
 
 
 def _render(template: str, ctx: Mapping[str, str]) -> str:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from fleet.history.rollouts import LockLost
 
@@ -190,6 +190,11 @@ class Guard:
             raise LockLost(why)
         self._held_at = started
 
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The clock the batch window is measured on (`FreshRead` shares it)."""
+        return self._clock
+
     @contextmanager
     def batch(self) -> Iterator[None]:
         """The host calls of one step (one per host); the cover ends with the batch."""
@@ -200,6 +205,27 @@ class Guard:
             self._depth -= 1
             if not self._depth:
                 self._held_at = None
+
+
+T = TypeVar("T")
+
+
+class FreshRead(Generic[T]):
+    """`read()`'s answer, reused by the calls that start within `fresh_s` of the read that gave
+    it, then read again: the batch window of `Guard`, for another question asked before each
+    host call of a step (the undrain loop's "is this host quarantined now?")."""
+
+    def __init__(self, read: Callable[[], T], *, clock: Callable[[], float] = time.monotonic,
+                 fresh_s: float = BATCH_FRESH_S) -> None:
+        self._read, self._clock, self._fresh_s = read, clock, fresh_s
+        self._value: T | None = None
+        self._read_at: float | None = None
+
+    def __call__(self) -> T:
+        started = self._clock()
+        if self._read_at is None or started - self._read_at >= self._fresh_s:
+            self._value, self._read_at = self._read(), started
+        return self._value  # type: ignore[return-value]  # set by the read above
 
 
 def guard_for(check: Callable[[], str | None]) -> Guard:

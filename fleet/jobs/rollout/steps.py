@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -15,7 +16,7 @@ from fleet.domain.pinning import release_of
 from fleet.domain.plan import fit_drain_budget, resolve_max_unavailable
 from fleet.domain.ports import HostRef
 from fleet.history import list_quarantines
-from fleet.history.quarantines import is_quarantined
+from fleet.history.quarantines import quarantined_hosts
 from fleet.history.rollouts import (
     StepRow,
     WaveRow,
@@ -23,6 +24,7 @@ from fleet.history.rollouts import (
 from fleet.jobs.drain import DrainWait, drain_hosts
 from fleet.jobs.node_apply import plan_nodes, put_right, settle_before_reboot
 from fleet.jobs.rollout.core import EngineCore
+from fleet.jobs.rollout.fence import FreshRead
 from fleet.jobs.rollout.model import _UNLOCK, _is_failure, _moved, _Stop
 
 UNKNOWN_TRIES = 3
@@ -425,9 +427,11 @@ class WaveSteps(EngineCore):
         self._write(todo + release, events=[self._step_event(w, "undrain", "begin",
                                                              todo + release)],
                     label=f"wave{w.index}:undrain:begin")
-        with self._guard.batch():  # one undrain call per host: one lock read per batch window
+        # one undrain call per host: one lock read and one quarantine read per batch window
+        quarantined = FreshRead(lambda: quarantined_hosts(self.history), clock=self._guard.clock)
+        with self._guard.batch():
             for r in todo + release:
-                err = self._undrain_one(r)
+                err = self._undrain_one(r, quarantined)
                 if r in todo:
                     self._set([r], "done", ended=True, **({"undrain_error": err} if err else {}))
                 else:
@@ -437,11 +441,14 @@ class WaveSteps(EngineCore):
                                                              todo + release)],
                     label=f"wave{w.index}:undrain:end")
 
-    def _undrain_one(self, r: StepRow) -> str | None:
-        """Undrain a host only if fleet drained it (recorded) and the scheduler agrees."""
+    def _undrain_one(self, r: StepRow,
+                     quarantined: Callable[[], frozenset[str]] | None = None) -> str | None:
+        """Undrain a host only if fleet drained it (recorded) and the scheduler agrees.
+        `quarantined`: the hosts quarantined now (a batch's `FreshRead`); default: read now."""
         if not r.detail.get("ours"):
             return None
-        if is_quarantined(self.history, r.host):  # a quarantine outranks the rollout's undrain
+        now = (quarantined or (lambda: quarantined_hosts(self.history)))()
+        if r.host in now:  # a quarantine outranks the rollout's undrain
             r.detail = {**r.detail, "quarantined": True}
             return None
         a = self.scheduler.state(r.host)
