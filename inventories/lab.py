@@ -7,7 +7,8 @@ Groups: each host's matrix pool (by GPU model: h100-canary, h100, a100 and l40s 
 matrix), the rehearsal waves canary, wave1, wave2, ..., and lab (all hosts). Host data: ssh
 settings with strict host-key checking against the lab's known_hosts, gpu_model, gpu_count, unit
 (rack / NVLink domain), pool, wave; and, when the lab runs Slurm (`fleet lab up --slurm`),
-scheduler "slurm" and slurm_conf (the SLURM_CONF path; Slurm node name = inventory host name).
+scheduler "slurm" and slurm_conf (the SLURM_CONF path; Slurm node name = inventory host name);
+when it runs Prometheus (`fleet lab up --prometheus`), prometheus_url.
 The lab's run directory is $FLEET_LAB_DIR (default /run/fleet-lab).
 """
 
@@ -22,6 +23,7 @@ if not _STATE.exists():
 _lab = json.loads(_STATE.read_text())
 
 _slurm = {"scheduler": "slurm", "slurm_conf": _lab["slurm_conf"]} if _lab.get("slurm_conf") else {}
+_prom = {"prometheus_url": _lab["prometheus_url"]} if _lab.get("prometheus_url") else {}
 _groups: dict[str, list] = {}
 lab = []
 for _h in _lab["hosts"]:
@@ -41,6 +43,7 @@ for _h in _lab["hosts"]:
             "gpu_count": _h["gpu_count"],
             "unit": _h["unit"],
             **_slurm,
+            **_prom,
         },
     )
     lab.append(_entry)

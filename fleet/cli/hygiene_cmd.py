@@ -77,6 +77,9 @@ def run(
         "benchmarks stay on SSH.")] = "ssh",
     partition: Annotated[str | None, typer.Option(
         "--partition", help="Slurm partition to probe with --via slurm.")] = None,
+    prometheus: Annotated[str | None, typer.Option(
+        "--prometheus", metavar="URL", help="Prometheus of the serving section (else "
+        "FLEET_PROMETHEUS_URL, else the inventory's prometheus_url data).")] = None,
     json_out: JsonFlag = False,
     output: OutputOpt = None,
 ) -> None:
@@ -137,14 +140,22 @@ def run(
             hosts = _selected(limit, backend)
         sched = make_scheduler(scheduler)
     now = datetime.now(UTC)
+    serving = None
     try:
+        from fleet.prometheus import PrometheusSource, resolve
+
+        target = resolve(prometheus, [r.data for r in backend.hosts()])
+        serving = PrometheusSource(target) if target is not None else None
         with open_history(settings(ctx).db) as history, console.status("hygiene") as status:
             report = run_hygiene(backend, sched, history, loaded.matrix, now=now, hosts=hosts,
                                  apply_quarantine=apply_quarantine, benchmark=benchmark,
                                  bench_samples=bench_samples, dcgm_level=diag_level,
-                                 progress=lambda m: status.update(esc(m)))
+                                 progress=lambda m: status.update(esc(m)), serving=serving,
+                                 serving_where=target.shown_url if target else None)
     finally:
         backend.close()
+        if serving is not None:
+            serving.close()
     data = report.as_dict()
     import json
 
@@ -240,6 +251,15 @@ def _print_human(data: dict[str, Any], output: str | None = None) -> None:
     for b in data["benchmarks"]:
         stdout.print(f"benchmark {b['pool']}: {b['verdict']}{_samples_text(b)} {b['reason']}",
                       markup=False)
+    sv = data.get("serving") or {}
+    if sv.get("status") != "measured":
+        stdout.print(f"serving: {sv.get('reason') or 'not run'}", markup=False)
+    for p in sv.get("pools", []):
+        for m in p["models"]:
+            lat = m["latency_ms"]["this_week"]
+            stdout.print(f"serving {p['pool']} {m['model']}: " + (
+                f"p50 {lat['p50']} p95 {lat['p95']} p99 {lat['p99']} ms"
+                if m["status"] == "measured" else m["reason"]), markup=False)
 
 
 def _samples_text(bench: dict[str, Any]) -> str:

@@ -78,6 +78,11 @@ def up_cmd(
             help="Slurm HealthCheckInterval in seconds (runs `fleet node-check` in each host).",
         ),
     ] = 10,
+    prometheus: Annotated[
+        bool, typer.Option("--prometheus/--no-prometheus",
+                           help="Run Prometheus (Debian's binary) scraping every host's model "
+                                "server, on a loopback port of its own.")
+    ] = False,
     os_spec: Annotated[
         str,
         typer.Option(
@@ -105,6 +110,7 @@ def up_cmd(
         mode=mode,
         perf=parse_perf(perf or []),
         model_server=model_server,
+        prometheus=prometheus,
         slurm=slurm,
         health_check_interval=health_check_interval,
         el9=lab.parse_os(os_spec, hosts),
@@ -127,13 +133,16 @@ def up_cmd(
         emit_json({"up": True, "mode": state.mode, "release": state.release,
                    "hosts": [h.name for h in state.hosts], "run_dir": str(paths.run),
                    "os": {h.name: h.os for h in state.hosts},
-                   "inventory": "inventories/lab.py", "slurm_conf": state.slurm_conf})
+                   "inventory": "inventories/lab.py", "slurm_conf": state.slurm_conf,
+                   "prometheus_url": state.prometheus_url})
         return
     stdout.print(
         f"[green]lab up[/green]: {len(state.hosts)} hosts ({state.mode}), release "
         f"{state.release or 'none'}; inventory: inventories/lab.py "
         f"(FLEET_LAB_DIR={paths.run})"
     )
+    if state.prometheus_url:
+        stdout.print(f"Prometheus: {state.prometheus_url} (inventory data prometheus_url)")
     if state.slurm_conf:
         parts = ",".join(dict.fromkeys([h.pool for h in state.hosts] + ["lab"]))
         stdout.print(

@@ -52,6 +52,8 @@ class Family:
     queue: Timing
     requests: tuple[str, ...]  # counters whose sum is the number of requests
     errors: str | None  # the failed-request counter, None where the server exports none
+    load: str | None = None  # the model load time gauge (seconds), where exported
+    cache: tuple[str, str] | None = None  # response-cache hit and miss counters, where exported
 
     def to_ms(self, signal: Signal, value: float) -> float:
         unit = (self.latency if signal == "latency" else self.queue).unit
@@ -63,7 +65,8 @@ FAMILY: dict[FamilyName, Family] = {
                      Timing("summary", "nv_inference_request_summary_us", "us"),
                      Timing("summary", "nv_inference_queue_summary_us", "us"),
                      ("nv_inference_request_success", "nv_inference_request_failure"),
-                     "nv_inference_request_failure"),
+                     "nv_inference_request_failure", "nv_model_load_duration_secs",
+                     ("nv_cache_num_hits_per_model", "nv_cache_num_misses_per_model")),
     "vllm": Family("vllm", "model_name",
                    Timing("histogram", "vllm:e2e_request_latency_seconds", "s"),
                    Timing("histogram", "vllm:request_queue_time_seconds", "s"),

@@ -16,10 +16,13 @@
 5. Benchmark regression per pool: the small synthetic benchmark on a few healthy, conformant
    hosts of each pool, judged (`fleet.domain.judge.judge`, history baseline) against the pool's
    samples of the trailing weeks, then recorded as the baseline of later weeks.
+6. Serving per pool and model from Prometheus (`fleet.jobs.hygiene_serving`): latency and
+   queue quantiles this week against last week and the pool's other release, load time, cache
+   hit rate, p99 against requests per GPU; "could not measure" when it cannot.
 
 The report's `exit_code`: 0 clean; 1 problems found (drift, an unreachable host, a failing
 health check, a failing or quarantine-worthy trend, a proposal, a tripped breaker, a failed
-drain, a benchmark regression).
+drain, a benchmark regression, a serving regression or a serving query that failed).
 Errors that stop the job itself (history unusable, no hosts) raise `FleetError` (exit 3).
 """
 
@@ -39,6 +42,7 @@ from fleet.domain.facts import HostFacts
 from fleet.domain.matrix.models import Matrix
 from fleet.domain.node_state import node_state_section
 from fleet.domain.ports import Backend, HostRef, Samples, Scheduler
+from fleet.domain.prom_result import MetricsSource
 from fleet.domain.quarantine import QuarantinePlan, propose
 from fleet.domain.trends import TrendReport, TrendSettings, analyze
 from fleet.errors import CouldNotComplete, ExitCode
@@ -53,10 +57,12 @@ from fleet.history import (
 )
 from fleet.history.controllers import STALE_AFTER_S, in_flight_hosts
 from fleet.history.quarantines import reserve_quarantine
+from fleet.history.rollouts import list_rollouts
 from fleet.jobs.hygiene_bench import BENCH_NAME as BENCH_NAME
 from fleet.jobs.hygiene_bench import BenchJudge as BenchJudge
 from fleet.jobs.hygiene_bench import PoolBenchmark as PoolBenchmark
 from fleet.jobs.hygiene_bench import Sizing, pool_benchmarks
+from fleet.jobs.hygiene_serving import serving_section
 from fleet.jobs.record import kernel_cursors, record_snapshot
 
 DRAIN_MARK = "fleet-hygiene"
@@ -103,6 +109,8 @@ class HygieneReport:
     open_quarantines: list[dict[str, Any]] = field(default_factory=list)
     node_profiles: dict[str, str | None] = field(default_factory=dict)
     """Audited host -> the node profile its pool selects (None: none)."""
+    serving: dict[str, Any] = field(default_factory=dict)
+    """The serving section (fleet.jobs.hygiene_serving), with its own `problems`."""
 
     def node_state(self) -> dict[str, Any]:
         """The node-state section: conformance to the node profiles (fleet.domain.node_state)."""
@@ -138,6 +146,7 @@ class HygieneReport:
                 if not a.applied]
         out += [f"pool {b.pool}: synthetic benchmark regressed: {b.reason}"
                 for b in self.benchmarks if b.verdict == "fail"]
+        out += list(self.serving.get("problems", []))
         return out
 
     @property
@@ -155,6 +164,7 @@ class HygieneReport:
             "quarantine_applied": sum(a.applied for a in self.applied),
             "breakers_tripped": [b.pool for b in self.quarantine.tripped],
             "benchmark_regressions": [b.pool for b in self.benchmarks if b.verdict == "fail"],
+            "serving": self.serving.get("status", "not_run"),
             "problems": len(self.problems()),
             "exit_code": int(self.exit_code),
         }
@@ -175,6 +185,7 @@ class HygieneReport:
                            "open": self.open_quarantines},
             "benchmarks": [b.as_dict() for b in self.benchmarks],
             "node_state": self.node_state(),
+            "serving": self.serving,
             "problems": self.problems(),
         }
 
@@ -199,13 +210,17 @@ def run_hygiene(
     progress: Callable[[str], None] | None = None,
     wall: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
     stale_after_s: float = STALE_AFTER_S,
+    serving: MetricsSource | None = None,
+    serving_where: str | None = None,
 ) -> HygieneReport:
     """Run the weekly hygiene job once (see the module docstring).
 
     The benchmark's hosts per pool, baseline weeks, samples per side and dcgmi level default to
     the matrix's `hygiene:` settings; the arguments override them (the CLI's options). `wall` is
     the real clock rollout heartbeats are compared with (a host is in flight only while its
-    rollout's lock is live: heartbeat at most `stale_after_s` old).
+    rollout's lock is live: heartbeat at most `stale_after_s` old). `serving` is the
+    Prometheus to read the serving section from (None: that section could not measure);
+    `serving_where` how the report names it.
     """
     if now.tzinfo is None:
         raise ValueError("now must be timezone-aware (UTC)")
@@ -302,10 +317,19 @@ def run_hygiene(
             sizing=Sizing.from_settings(hs.benchmark, bench_samples),
             dcgm_level=dcgm_level or hs.dcgm_diag_level, say=say)
 
+    # 6. serving
+    say("reading serving metrics" if serving is not None else "serving: no Prometheus")
+    week = [{"id": r.id, "release": r.release, "scope": r.scope,
+             "started_at": r.started_at.isoformat()}
+            for r in list_rollouts(history, limit=200)
+            if _utc(r.started_at) > now - dt.timedelta(weeks=1)]
+    served = serving_section(serving, matrix, refs, drift, now=now, rollouts=week,
+                             where=serving_where)
+
     report = HygieneReport(
         now=now, hosts=refs, drift=drift, trends=trends, quarantine=plan, applied=applied,
         apply_requested=apply_quarantine, benchmarks=benches, findings=findings,
-        node_profiles=node_profiles,
+        node_profiles=node_profiles, serving=served,
         open_quarantines=[
             {"host": h.name, "pool": h.pool, "reason": q.reason, "opened_at": q.opened_at,
              "opened_by": q.opened_by} for q, h in list_quarantines(history)],
@@ -325,6 +349,11 @@ def run_hygiene(
         prune(history, RetentionPolicy(keep.raw_weeks, keep.rollup_weeks_or_none), now=now,
               actor=actor)
     return report
+
+
+def _utc(t: dt.datetime) -> dt.datetime:
+    """A time read back from the history (SQLite drops the zone; it is stored in UTC)."""
+    return t.replace(tzinfo=dt.UTC) if t.tzinfo is None else t
 
 
 def _quarantine(history: History, scheduler: Scheduler, host: str, reason: str,

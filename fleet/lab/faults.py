@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from fleet.errors import BadInput, Problem
-from fleet.lab import boot, gpustate
+from fleet.lab import boot, gpustate, serving
 from fleet.lab.model import PROFILES, HostSpec, gpu_bdf, upstream_bdf
 
 AER_CORRECTABLE = (
@@ -106,6 +106,7 @@ FAULTS: dict[str, tuple[dict[str, str], str]] = {
         "running on any other CPU is on the far node",
     ),
     "busy": ({"gpu": "0", "util": "90", "mem": "40"}, "GPU utilization and memory-controller %"),
+    "slow-serving": serving.SLOW_SERVING,
     "cpu-fallback": (
         {"branch": "0", "factor": "0.1"},
         "the workload (model server, fleet-lab-bench) computes on the CPU, as a runtime that lost "
@@ -230,6 +231,9 @@ def parse(specs: list[str], gpu_count: int | None = None) -> list[Fault]:
                     bad = True
             elif k == "version" and not re.fullmatch(r"\d{3}\.\d{1,3}(?:\.\d{1,3})?", v):
                 problems.append(Problem(None, None, where, f"{name}: bad driver version {v!r}"))
+                bad = True
+            elif k == "model" and (why := serving.check_model(v)):
+                problems.append(Problem(None, None, where, f"{name}: {why}"))
                 bad = True
             elif k == "cpus" and not _CPUS_RE.fullmatch(v):
                 problems.append(Problem(None, None, where, f"{name}: cpus must be N or N-M: {v!r}"))
@@ -384,6 +388,8 @@ def effects(fault: Fault, host: HostSpec) -> Effects:
         e.set.update({pre + "util.gpu": p["util"], pre + "util.memory": p["mem"]})
     elif name == "cpu-fallback":
         e.set.update(cpu_fallback(p))
+    elif name == "slow-serving":
+        e.set.update(serving.slow_serving_state(p))
     elif name == "stale-cdi":
         e.files[CDI_SPEC] = cdi_spec(p["version"], prof.count)
     elif name in NODE_FAULTS:

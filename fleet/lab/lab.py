@@ -16,7 +16,7 @@ from typing import Any
 
 from fleet.errors import BadInput, CouldNotComplete
 from fleet.lab import faults as F
-from fleet.lab import hostfleet, layers, nvml_build, repo, rpmrepo, startup
+from fleet.lab import hostfleet, layers, nvml_build, prom_service, repo, rpmrepo, startup
 from fleet.lab import hosts as H
 from fleet.lab import slurm as S
 from fleet.lab.base import BaseRecipe, ensure_base, recipe_for
@@ -52,6 +52,7 @@ class UpConfig:
     health_check_interval: int = S.DEFAULT_HEALTH_INTERVAL
     el9: int = 0  # how many hosts (the last ones) are el9 hosts: dnf + rpm, Rocky Linux 9
     el9_pools: tuple[str, ...] = ()  # and every host of these matrix pools
+    prometheus: bool = False  # Debian's prometheus scraping every host (fleet.lab.prom_service)
 
 
 def parse_os(spec: str, hosts: int) -> int:
@@ -129,6 +130,8 @@ def up(paths: LabPaths, cfg: UpConfig, progress: Progress = _quiet) -> LabState:
         H.check_subnet()
     if cfg.slurm:
         S.check_port()
+    if cfg.prometheus:
+        prom_service.check()
     if unknown_pools := sorted(set(cfg.el9_pools) - set(pools)):
         raise BadInput.single(f"el9 pools {unknown_pools} are not pools of the matrix "
                               f"(has: {', '.join(sorted(pools))})", file=str(cfg.matrix))
@@ -221,6 +224,9 @@ def up(paths: LabPaths, cfg: UpConfig, progress: Progress = _quiet) -> LabState:
             cfg.timeout,
             lambda n: progress(f"sshd answering on {n}/{len(hosts)} hosts", 5, steps),
         )
+        if cfg.prometheus:
+            prom_service.start(paths, state, cfg.timeout)
+            atomic_write(paths.state_file, state.to_json())
         if state.slurm:
             progress("waiting for every Slurm node to be idle", 6, steps)
             state.slurm_ready_s = round(S.wait_idle(paths, state, cfg.timeout), 2)
@@ -392,6 +398,8 @@ def status(paths: LabPaths) -> dict[str, Any]:
         "ssh_key": str(paths.client_key),
         "slurm_conf": state.slurm_conf,
         "slurm_ready_s": state.slurm_ready_s,
+        "prometheus_url": state.prometheus_url,
+        "prometheus_ready_s": state.prometheus_ready_s,
         "hosts": hosts,
     }
 

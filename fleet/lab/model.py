@@ -228,6 +228,8 @@ class LabState:
     health_check_interval: int | None = None
     slurm_ready_s: float | None = None  # slurmctld started -> every node idle, measured at up
     fleet_binds: list[str] = field(default_factory=list)  # read-only into every host
+    prometheus_url: str | None = None  # the lab's Prometheus (fleet.lab.prom_service)
+    prometheus_ready_s: float | None = None  # its start to /-/ready, measured at up
 
     def host(self, name: str) -> HostSpec:
         for h in self.hosts:

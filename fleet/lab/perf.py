@@ -11,6 +11,8 @@ that into measurements across a real process and network boundary:
   (throughput, latency percentiles, driver, release).
 - `model_server.py ADDRESS`: a tiny HTTP "model server" on port 8000 (`GET /infer`, `GET /health`)
   whose latency follows the same factor; replays of workload traces hit it over the network.
+  `GET /metrics` exports the background traffic of two models, Triton- and vLLM-style
+  (`fleet.lab.serving`), which the lab's Prometheus scrapes (`fleet lab up --prometheus`).
 Both refuse to run when NVML cannot initialise (driver not loaded, version mismatch), like CUDA.
 
 Both keep the fake GPUs busy for exactly the time their "kernels" run (`GpuWork`): the busy
@@ -28,6 +30,7 @@ import re
 
 from fleet.errors import BadInput, Problem
 from fleet.lab.repo import Perf
+from fleet.lab.serving import SERVING_CODE
 
 _COMMON = r"""
 import json, os, random, sys, time
@@ -212,8 +215,9 @@ sys.exit(main())
 )
 
 MODEL_SERVER_SCRIPT = (
-    "#!/usr/bin/python3\n# fleet lab model server (see fleet/lab/perf.py)\n"
+    "#!/usr/bin/python3\n# fleet lab model server (see fleet/lab/perf.py, fleet/lab/serving.py)\n"
     + _COMMON
+    + SERVING_CODE
     + r"""
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -230,6 +234,13 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def do_GET(self):
+        if self.path.startswith("/metrics"):
+            body = SERVING.render().encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            return self.wfile.write(body)
         err = nvml_error()
         if err:
             why = "CUDA driver initialization failed: " + err
@@ -253,6 +264,8 @@ class Handler(BaseHTTPRequestHandler):
         self._send(404, {"ok": False, "error": "unknown path"})
 
 WORK = GpuWork("model-server", mem_share=0.4)
+SERVING = Serving()
+threading.Thread(target=SERVING.run, name="traffic", daemon=True).start()
 ThreadingHTTPServer.daemon_threads = True
 _addr = sys.argv[1] if len(sys.argv) > 1 else "0.0.0.0"
 ThreadingHTTPServer((_addr, 8000), Handler).serve_forever()

@@ -1,5 +1,9 @@
 """The hygiene report as one self-contained HTML page: inline CSS and SVG, no JavaScript, no
-external resources (it opens from a mail attachment or an air-gapped share)."""
+external resources (it opens from a mail attachment or an air-gapped share).
+
+It opens with what to do ("Act on this", `fleet.reports.actions`), above every chart; a chart is
+drawn only where something moved (a pool's trend with any count, a model's weekly p99 that
+changed), the flat ones are named in one line."""
 
 from __future__ import annotations
 
@@ -7,6 +11,8 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
+from fleet.reports import serving_html
+from fleet.reports.actions import actions
 from fleet.reports.bench_samples import CHECK_HEADER, check_rows, counts
 from fleet.reports.node_state import FIELD_HEADER, FINDING_HEADER, HOST_HEADER, node_state_rows
 
@@ -31,13 +37,14 @@ def _fmt(v: float) -> str:
     return f"{v:.0f}"
 
 
-def line_chart(title: str, series: Mapping[str, Sequence[float]], *, width: int = 360,
+def line_chart(title: str, series: Mapping[str, Sequence[float | None]], *, width: int = 360,
                height: int = 180) -> str:
-    """A small SVG line chart of weekly values, one line per series, with a legend."""
+    """A small SVG line chart of weekly values, one line per series, with a legend; a week
+    without a value (None) is a gap, never a zero."""
     left, right, top, bottom = 44, 10, 22, 34
     w, h = width - left - right, height - top - bottom
     n = max((len(v) for v in series.values()), default=0)
-    peak = max((max(v) for v in series.values() if v), default=0.0) or 1.0
+    peak = max((x for v in series.values() for x in v if x is not None), default=0.0) or 1.0
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
              f'role="img" aria-label="{escape(title)}">',
              f'<text x="{left}" y="14">{escape(title)}</text>',
@@ -51,10 +58,15 @@ def line_chart(title: str, series: Mapping[str, Sequence[float]], *, width: int 
                      f'{"now" if i == n - 1 else f"-{n - 1 - i}w"}</text>')
     for j, (name, values) in enumerate(series.items()):
         color = _COLORS[j % len(_COLORS)]
-        pts = " ".join(
-            f"{left + (w * i / (len(values) - 1) if len(values) > 1 else w / 2):.1f},"
-            f"{top + h - h * v / peak:.1f}" for i, v in enumerate(values))
-        parts.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{pts}"/>')
+        runs: list[list[str]] = [[]]
+        for i, v in enumerate(values):
+            if v is None:
+                runs.append([])
+                continue
+            runs[-1].append(f"{left + (w * i / (n - 1) if n > 1 else w / 2):.1f},"
+                            f"{top + h - h * v / peak:.1f}")
+        parts += [f'<polyline fill="none" stroke="{color}" stroke-width="2" '
+                  f'points="{" ".join(run)}"/>' for run in runs if run]
         lx = left + j * 110
         parts.append(f'<rect x="{lx}" y="{height - 12}" width="10" height="3" fill="{color}"/>'
                      f'<text x="{lx + 14}" y="{height - 8}">{escape(name)}</text>')
@@ -92,12 +104,28 @@ def render_html(report: Mapping[str, Any], worst: int = 25) -> str:
             f"{d['unreachable']}). GPUs analyzed {s['gpus_analyzed']}, flagged "
             f"{s['gpus_flagged']}. Quarantine proposed {s['quarantine_proposed']}, applied "
             f"{s['quarantine_applied']}.</p>"]
+    todo = actions(report)
+    body.append('<section id="act"><h2>Act on this</h2>')
+    body.append("<ol>" + "".join(
+        f'<li class="action {escape(a["kind"])}"><b>{escape(a["subject"] or a["kind"])}</b>: '
+        f'{escape(a["what"])}<br><code>$ {escape(a["command"])}</code></li>' for a in todo)
+        + "</ol>" if todo else "<p>Nothing to act on.</p>")
+    body.append("</section>")
     body += [f'<div class="alert">{escape(a)}</div>' for a in q["alerts"]]
-    body.append(f"<h2>Trends per pool (last {t['window_weeks']} weeks)</h2><div class=charts>")
-    for pool, v in t["pools"].items():
+    body.append(f"<h2>Trends per pool (last {t['window_weeks']} weeks)</h2>")
+    moved = {p: v for p, v in t["pools"].items()
+             if any(v[k] and max(v[k]) > 0 for k in ("ecc_corrected", "aer_corrected", "xid"))}
+    if moved:
+        body.append("<div class=charts>")
+    for pool, v in moved.items():
         body.append(f'<div class="chart">{line_chart(f"{pool}: corrected ECC / week", {"ECC corrected": v["ecc_corrected"]})}</div>')  # noqa: E501
         body.append(f'<div class="chart">{line_chart(f"{pool}: AER corrected and Xid / week", {"AER corrected": v["aer_corrected"], "Xid": v["xid"]})}</div>')  # noqa: E501
-    body.append("</div>")
+    if moved:
+        body.append("</div>")
+    flat = [p for p in t["pools"] if p not in moved]
+    if flat:
+        body.append(f"<p>Flat (no corrected ECC, AER or Xid in the window, no chart): "
+                    f"{escape(', '.join(flat))}.</p>")
     body.append("<h2>Worst GPUs</h2>")
     if t["flagged"]:
         body.append(_table(
@@ -141,6 +169,26 @@ def render_html(report: Mapping[str, Any], worst: int = 25) -> str:
     if rows:
         body.append("<p>Samples each judged check needed and had:</p>")
         body.append(_table(list(CHECK_HEADER), [tuple(escape(c) for c in r) for r in rows]))
+    body += _serving(report)
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>Fleet hygiene {escape(str(report['generated_at']))}</title>"
             f"<style>{_CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+
+
+def _serving(report: Mapping[str, Any]) -> list[str]:
+    sv = report.get("serving") or {}
+    out = ["<h2>Serving per model (Prometheus)</h2>"]
+    if sv.get("status") != "measured":
+        out.append(f'<p class="warn">{escape(sv.get("reason") or "not run")}</p>')
+    rows = serving_html.rows(report)
+    if rows:
+        out.append(_table(list(serving_html.HEADER), [tuple(escape(c) for c in r)
+                                                      for r in rows]))
+    charts = serving_html.weekly(report)
+    if charts:
+        out.append("<div class=charts>" + "".join(
+            f'<div class="chart">{line_chart(f"{pool}: p99 latency per week (ms)", series)}'
+            "</div>" for pool, series in charts.items()) + "</div>")
+    elif rows:
+        out.append("<p>No model's weekly p99 moved: no chart.</p>")
+    return out

@@ -8,6 +8,8 @@ from collections.abc import Mapping, Sequence
 from datetime import date, datetime
 from typing import Any
 
+from fleet.reports import serving_html
+from fleet.reports.actions import actions
 from fleet.reports.bench_samples import CHECK_HEADER, check_rows, counts
 from fleet.reports.node_state import FIELD_HEADER, FINDING_HEADER, HOST_HEADER, node_state_rows
 
@@ -61,6 +63,11 @@ def render_markdown(report: Mapping[str, Any], worst: int = 20) -> str:
         "- Benchmark regressions: " + (_md(", ".join(s["benchmark_regressions"])) or "none"),
         "",
     ]
+    todo = actions(report)
+    out += ["## Act on this", ""]
+    out += [f"{i}. **{_md(a['subject'] or a['kind'])}**: {_md(a['what'])}  \n"
+            f"   `$ {_md(a['command'])}`" for i, a in enumerate(todo, 1)] or ["Nothing to act on."]
+    out.append("")
     alerts = report["quarantine"]["alerts"]
     if alerts:
         out += ["## Alerts", ""] + [f"- {_md(a)}" for a in alerts] + [""]
@@ -136,6 +143,13 @@ def render_markdown(report: Mapping[str, Any], worst: int = 20) -> str:
                     ""] + _table(CHECK_HEADER, rows)
     else:
         out.append("Not run.")
+    sv = report.get("serving") or {}
+    out += ["", "## Serving per model (Prometheus)", ""]
+    if sv.get("status") != "measured":
+        out.append(_md(sv.get("reason") or "not run"))
+    rows = serving_html.rows(report)
+    if rows:
+        out += ["", *_table(serving_html.HEADER, rows)]
     return "\n".join(out) + "\n"
 
 

@@ -155,6 +155,7 @@ def lab_paths() -> Iterator[LabPaths]:
                 # `fleet node-check` in every host costs CPU that the benchmark gates of the
                 # rollout tests feel on a 2-core machine: every 30 s instead of the lab's 10 s
                 health_check_interval=30,
+                prometheus=True,  # one for the session: the live gate's and hygiene's lab tests
             ),
         )
         yield paths

@@ -38,11 +38,11 @@ class LiveGateSettings(_Model):
     host_label: str = Field(default="instance", pattern=LABEL_PATTERN,
                             description="The Prometheus label that names the host.")
     window_minutes: float | None = Field(
-        default=None, ge=1, le=24 * 60,
+        default=None, ge=0.25, le=24 * 60,
         description="Traffic judged after the hosts are back in service (default: bake "
                     f"minutes, at least {MIN_WINDOW_MINUTES:g}).")
     step_seconds: int = Field(
-        default=60, ge=10, le=3600,
+        default=60, ge=2, le=3600,
         description="One latency value per host per step; at least twice the scrape interval "
                     "(a histogram's rate needs two scrapes in each step).")
     quantiles: list[float] = Field(default=[0.95, 0.99], min_length=1, max_length=4)

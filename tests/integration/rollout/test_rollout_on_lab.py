@@ -4,7 +4,9 @@ back to the CPU (GPU utilization), a controller killed with SIGKILL resumes.
 
 Pool h100 of the session lab holds h2 and h5 (H100): wave 1 moves one host while the other, still
 on the old release, is the same-time baseline. `matrices/lab.yaml` gives the pools the lab's own
-benchmark (`fleet-lab-bench`) and no bake time; the session lab runs r550 at 0.75 speed.
+benchmark (`fleet-lab-bench`) and no bake time; the session lab runs r550 at 0.75 speed. These
+tests judge the benchmark gate: pool h100's live gate is off in their matrix (it is tested in
+tests/integration/prometheus/test_live_gate_on_lab.py).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from fleet.lab import lab
 
@@ -36,9 +39,12 @@ def env(lab_paths, lab_state, hosts, tmp_path_factory) -> Iterator[dict[str, str
     assert sorted(h.name for h in lab_state.hosts if h.pool == "h100") == list(POOL_HOSTS)
     for name in POOL_HOSTS:
         lab.reset(lab_paths, name)
-    db = tmp_path_factory.mktemp("rollout") / "fleet.db"
-    yield {**os.environ, "FLEET_LAB_DIR": str(lab_paths.run), "FLEET_DB": str(db),
-           "FLEET_MATRIX": str(ROOT / "matrices" / "lab.yaml"),
+    tmp = tmp_path_factory.mktemp("rollout")
+    doc = yaml.safe_load((ROOT / "matrices" / "lab.yaml").read_text())
+    doc["pools"]["h100"]["rollout"]["gates"]["live"] = {"enabled": False}
+    (tmp / "lab.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    yield {**os.environ, "FLEET_LAB_DIR": str(lab_paths.run), "FLEET_DB": str(tmp / "fleet.db"),
+           "FLEET_MATRIX": str(tmp / "lab.yaml"),
            "FLEET_INVENTORY": str(ROOT / "inventories" / "lab.py"), "COLUMNS": "200"}
 
 

@@ -52,6 +52,7 @@ def write_matrix(path: Path, benchmark: bool = False, reboot: str = "ssh", **dra
     doc = yaml.safe_load((ROOT / "matrices" / "lab.yaml").read_text())
     doc["pools"]["h100"]["rollout"]["drain"] = {"poll_seconds": 1, **drain}
     doc["pools"]["h100"]["rollout"]["gates"]["benchmark"] = benchmark
+    doc["pools"]["h100"]["rollout"]["gates"]["live"] = {"enabled": False}  # not about traffic
     doc["pools"]["h100"]["rollout"]["reboot"] = reboot
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
