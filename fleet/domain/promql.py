@@ -150,13 +150,17 @@ def count_query(fam: Family, counter: Counter, *, model: str | None, hosts: Iter
     if not names:
         return None
     label = check_label(host_label)
-    if len(names) == 1:
-        metric, extra = names[0], ""
-    else:  # one selector over every counter: a host lacking one of them still counts
-        metric, extra = "", f"__name__=~{string('|'.join(re.escape(n) for n in names))}"
-    sel = selector(metric, host_label=label, hosts=hosts, model_label=fam.model_label,
-                   model=model, extra=extra)
-    return f"sum by ({label}) (increase({sel}[{duration(window_s)}]))"
+    hosts = list(hosts)
+    sels = [selector(n, host_label=label, hosts=hosts, model_label=fam.model_label, model=model)
+            for n in names]
+    sums = [f"sum by ({label}) (increase({sel}[{duration(window_s)}]))" for sel in sels]
+    if len(sums) == 1:
+        return sums[0]
+    # one sum per counter, added; `or` keeps a host lacking one of them. Not one selector over
+    # both names: increase() drops the name, and a success and a failure series with the same
+    # labels (Triton before the failure counter's `reason` label) are then one label set twice,
+    # which Prometheus refuses ("vector cannot contain metrics with the same labelset")
+    return " or ".join([" + ".join(sums), *sums])
 
 
 def models_query(fam: Family, *, hosts: Iterable[str], host_label: str) -> str | None:

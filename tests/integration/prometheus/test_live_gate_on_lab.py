@@ -199,6 +199,7 @@ def test_the_weekly_serving_section_reads_the_lab(env, tmp_path) -> None:
         assert {d["host"] for d in m["density"]} == set(POOL_HOSTS), m
     assert 0.5 < models["resnet50"]["cache_hit_rate"] < 0.9, models["resnet50"]
     assert models[SLOW_MODEL]["cache_hit_rate"] is None
-    html = (tmp_path / "report" / "hygiene.html").read_text()
-    assert "Serving" in html and SLOW_MODEL in html
+    html = (tmp_path / "report" / "latest.html").read_text()
+    assert html.index('<section id="act">') < html.index("<h2>Serving per model")
+    assert SLOW_MODEL in html[html.index("<h2>Serving per model"):]
     print(f"hygiene with serving: {took:.1f} s, {serving['queries']} queries")

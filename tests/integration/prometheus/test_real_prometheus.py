@@ -29,7 +29,8 @@ from tests.unit.prometheus.realprom import (
 
 HOSTS = {"gpu-01": HostTraffic(vllm={"llama": ModelTraffic(factor=1.6), "mistral": ModelTraffic()},
                                triton={"resnet": ModelTraffic(factor=1.5, error_share=0.05)}),
-         "gpu-02": HostTraffic(vllm={"llama": ModelTraffic(), "mistral": ModelTraffic()})}
+         "gpu-02": HostTraffic(vllm={"llama": ModelTraffic(), "mistral": ModelTraffic()},
+                               triton={"resnet": ModelTraffic(failure_reason=False)})}
 BOTH = sorted(HOSTS)
 
 
@@ -93,6 +94,10 @@ def test_summary_quantile_errors_and_requests(
     # 50 requests/s over the window (increase() extrapolates; generous bounds), 5% failed
     assert 0.5 * 50 * window < n["gpu-01"][0] < 2 * 50 * window
     assert k["gpu-01"][0] / n["gpu-01"][0] == pytest.approx(0.05, rel=1e-6)
+    # gpu-02's failure counter has the success counter's labels (no `reason`, as Triton before
+    # it had one): its requests are counted too, not refused as one label set twice
+    assert 0.5 * 50 * window < n["gpu-02"][0] < 2 * 50 * window
+    assert k["gpu-02"][0] / n["gpu-02"][0] == pytest.approx(0.01, rel=1e-6)
 
 
 def test_range_query_and_the_default_host_label(

@@ -65,6 +65,7 @@ class ModelTraffic:
     rps: float = 50.0
     factor: float = 1.0  # latency scale (a slow release: > 1)
     error_share: float = 0.01
+    failure_reason: bool = True  # Triton's failure counter carries `reason` (older ones do not)
 
 
 @dataclass
@@ -101,7 +102,7 @@ def exposition(traffic: HostTraffic, elapsed_s: float) -> str:
         for model, t in sorted(traffic.triton.items()):
             n = t.rps * elapsed_s
             share = t.error_share if what == "failed" else 1 - t.error_share
-            extra = ',reason="BACKEND"' if what == "failed" else ""
+            extra = ',reason="BACKEND"' if what == "failed" and t.failure_reason else ""
             lines.append(f'{name}{{model="{model}",version="1"{extra}}} {_num(n * share)}')
     for name, table in (("nv_inference_request_summary_us", SUMMARY_US),
                         ("nv_inference_queue_summary_us", QUEUE_SUMMARY_US)):
