@@ -8,7 +8,9 @@ matrix), the rehearsal waves canary, wave1, wave2, ..., and lab (all hosts). Hos
 settings with strict host-key checking against the lab's known_hosts, gpu_model, gpu_count, unit
 (rack / NVLink domain), pool, wave; and, when the lab runs Slurm (`fleet lab up --slurm`),
 scheduler "slurm" and slurm_conf (the SLURM_CONF path; Slurm node name = inventory host name);
-when it runs Prometheus (`fleet lab up --prometheus`), prometheus_url.
+when it runs Prometheus (`fleet lab up --prometheus`), prometheus_url;
+when it runs Kubernetes (`--kubernetes`), kubeconfig (the lab's own API server; Node name = host
+name) and, without Slurm, scheduler "kubernetes".
 The lab's run directory is $FLEET_LAB_DIR (default /run/fleet-lab).
 """
 
@@ -24,6 +26,8 @@ _lab = json.loads(_STATE.read_text())
 
 _slurm = {"scheduler": "slurm", "slurm_conf": _lab["slurm_conf"]} if _lab.get("slurm_conf") else {}
 _prom = {"prometheus_url": _lab["prometheus_url"]} if _lab.get("prometheus_url") else {}
+_kube = ({"scheduler": "kubernetes", "kubeconfig": _lab["kubeconfig"]}
+         if _lab.get("kubeconfig") else {})
 _groups: dict[str, list] = {}
 lab = []
 for _h in _lab["hosts"]:
@@ -42,6 +46,7 @@ for _h in _lab["hosts"]:
             "gpu_model": _h["gpu_model"],
             "gpu_count": _h["gpu_count"],
             "unit": _h["unit"],
+            **_kube,
             **_slurm,
             **_prom,
         },

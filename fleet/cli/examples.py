@@ -88,13 +88,15 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     # ------------------------------------------------------------------ lab
     "lab": ("sudo .venv/bin/fleet lab up --hosts 8", "fleet lab status"),
     "lab up": (f"fleet lab up --hosts 8 --matrix {MATRIX}",
-               "fleet lab up --hosts 4 --slurm --perf r580-cuda13.0=0.75"),
+               "fleet lab up --hosts 4 --slurm --perf r580-cuda13.0=0.75",
+               "fleet lab up --hosts 4 --kubernetes"),
     "lab down": ("fleet lab down",),
     "lab status": ("fleet lab status", "fleet lab status --json"),
     "lab inject": ("fleet lab inject h1 ecc-corrected", "fleet lab inject h3 xid code=79"),
     "lab faults": ("fleet lab faults",),
     "lab reset": ("fleet lab reset h1",),
     "lab reboot": ("fleet lab reboot h2",),
+    "lab pod": ("fleet lab pod h2 --name db-1 --labels app=db",),
     # ------------------------------------------------------------------ bench
     "bench": (f"fleet bench run -i {INV} -l h100-canary",),
     "bench run": (f"fleet bench run -i {INV} -l h100-canary",

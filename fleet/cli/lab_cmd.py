@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from fleet.cli import lab_kube_cmd
 from fleet.cli.lazy import lazy_module
 from fleet.cli.output import console, emit_json, stdout
 from fleet.cli.table import Grid, OutputOpt, show, wants_json
@@ -83,6 +84,14 @@ def up_cmd(
                            help="Run Prometheus (Debian's binary) scraping every host's model "
                                 "server, on a loopback port of its own.")
     ] = False,
+    kubernetes: Annotated[
+        bool,
+        typer.Option(
+            "--kubernetes/--no-kubernetes",
+            help="A real Kubernetes API server here (etcd, kube-apiserver 1.20, the disruption "
+            "controller, a kubelet stand-in): one Node per host. Builds once (~10 min), cached.",
+        ),
+    ] = False,
     os_spec: Annotated[
         str,
         typer.Option(
@@ -114,6 +123,7 @@ def up_cmd(
         slurm=slurm,
         health_check_interval=health_check_interval,
         el9=lab.parse_os(os_spec, hosts),
+        kubernetes=kubernetes,
     )
     paths = LabPaths.from_env()
     with Progress(
@@ -134,7 +144,7 @@ def up_cmd(
                    "hosts": [h.name for h in state.hosts], "run_dir": str(paths.run),
                    "os": {h.name: h.os for h in state.hosts},
                    "inventory": "inventories/lab.py", "slurm_conf": state.slurm_conf,
-                   "prometheus_url": state.prometheus_url})
+                   "prometheus_url": state.prometheus_url, "kubeconfig": state.kubeconfig})
         return
     stdout.print(
         f"[green]lab up[/green]: {len(state.hosts)} hosts ({state.mode}), release "
@@ -150,6 +160,8 @@ def up_cmd(
             "for sinfo, squeue, sbatch, srun and scontrol:"
         )
         stdout.print(f"export SLURM_CONF={state.slurm_conf}", markup=False, soft_wrap=True)
+    if state.kubeconfig:
+        lab_kube_cmd.say_kubeconfig(state.kubeconfig, state.kube_ready_s)
 
 
 @app.command("down")
@@ -196,6 +208,8 @@ def status_cmd(json_: JsonFlag = False, output: OutputOpt = None) -> None:
     show(t, output)
     if st["slurm_conf"]:
         stdout.print(f"export SLURM_CONF={st['slurm_conf']}", soft_wrap=True)
+    if st["kubeconfig"]:
+        lab_kube_cmd.say_kubeconfig(st["kubeconfig"], None)
 
 
 @app.command("inject")
@@ -249,3 +263,6 @@ def reboot_cmd(host: Annotated[str, typer.Argument(help="Host name.")],
     stdout.print(
         f"{host}: booted, boot id {info.get('boot_id')}, module {info.get('module') or 'none'}",
         markup=False)
+
+
+app.command("pod")(lab_kube_cmd.pod_cmd)

@@ -21,9 +21,11 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from fleet.lab import hosts as H
+from fleet.lab import kube as K
 from fleet.lab import slurm as S
 from fleet.lab.model import REPO_PORT, HostSpec, LabState
 from fleet.lab.paths import LabPaths
+from fleet.lab.startup import ssh_banner
 
 
 class _Quiet(SimpleHTTPRequestHandler):
@@ -40,6 +42,8 @@ class Supervisor:
         self.lock = threading.Lock()
         self.model_server = os.environ.get("FLEET_LAB_MODEL_SERVER", "1") == "1"
         self.slurm: list[subprocess.Popen[bytes]] = []
+        self.kube: K.ControlPlane | None = None
+        self.answered: dict[str, subprocess.Popen[bytes]] = {}  # host -> the boot sshd answered
 
     def serve_repo(self) -> ThreadingHTTPServer:
         addr = self.state.repo_url.split("//", 1)[1].split(":", 1)[0]
@@ -101,12 +105,32 @@ class Supervisor:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(timeout=10)
         S.stop_controller(self.slurm)
+        if self.kube is not None:
+            self.kube.stop()
+
+    def host_up(self, name: str) -> bool:
+        """The host's PID 1 runs, it is not between boots, and its sshd answered once since
+        this boot (Node Ready). sshd is asked only until it answers: a banner every poll would
+        fork an sshd per host four times a second and crowd out real logins (MaxStartups)."""
+        p = self.procs.get(name)
+        if p is None or p.poll() is not None or (self.paths.host_dir(name) / "down").exists():
+            return False
+        if self.answered.get(name) is p:
+            return True
+        h = self.state.host(name)
+        if not ssh_banner(h.address, h.port, 0.5):
+            return False
+        self.answered[name] = p
+        return True
 
     def main(self) -> int:
         srv = self.serve_repo()
         if self.state.slurm_conf:
             # before any host boots, so every slurmd registers at its first try
             self.slurm = S.start_controller(self.paths, Path(self.state.slurm_conf))
+        if self.state.kubeconfig:  # starts beside the hosts' boots; `lab up` waits for it
+            self.kube = K.ControlPlane(self.paths, [h.name for h in self.state.hosts], self.host_up)
+            self.kube.start()
         threads = [
             threading.Thread(target=self.run_host, args=(h,), name=h.name, daemon=True)
             for h in self.state.hosts

@@ -18,6 +18,7 @@ from fleet.errors import BadInput, CouldNotComplete
 from fleet.lab import faults as F
 from fleet.lab import hostfleet, layers, nvml_build, prom_service, repo, rpmrepo, startup
 from fleet.lab import hosts as H
+from fleet.lab import kube as K
 from fleet.lab import slurm as S
 from fleet.lab.base import BaseRecipe, ensure_base, recipe_for
 from fleet.lab.model import BRIDGE, BRIDGE_ADDR, REPO_PORT, LabState, Mode, plan_hosts
@@ -53,6 +54,7 @@ class UpConfig:
     el9: int = 0  # how many hosts (the last ones) are el9 hosts: dnf + rpm, Rocky Linux 9
     el9_pools: tuple[str, ...] = ()  # and every host of these matrix pools
     prometheus: bool = False  # Debian's prometheus scraping every host (fleet.lab.prom_service)
+    kubernetes: bool = False  # etcd, kube-apiserver, the disruption controller, a kubelet stand-in
 
 
 def parse_os(spec: str, hosts: int) -> int:
@@ -132,6 +134,8 @@ def up(paths: LabPaths, cfg: UpConfig, progress: Progress = _quiet) -> LabState:
         S.check_port()
     if cfg.prometheus:
         prom_service.check()
+    if cfg.kubernetes:
+        K.check()
     if unknown_pools := sorted(set(cfg.el9_pools) - set(pools)):
         raise BadInput.single(f"el9 pools {unknown_pools} are not pools of the matrix "
                               f"(has: {', '.join(sorted(pools))})", file=str(cfg.matrix))
@@ -184,6 +188,7 @@ def up(paths: LabPaths, cfg: UpConfig, progress: Progress = _quiet) -> LabState:
         progress(f"lab layer (release {release})", 2, steps)
         H.write_layer(paths, base, repo_url)
         conf = S.configure(paths, hosts, cfg.health_check_interval) if cfg.slurm else None
+        kubeconfig = K.configure(paths) if cfg.kubernetes else None
         S.write_layer(paths, conf)
         if el9:  # a copy of the layer before the debs go in, made EL9
             H.write_el9_layer(paths, f"{repo_url}{rpmrepo.DIST}/")
@@ -212,6 +217,7 @@ def up(paths: LabPaths, cfg: UpConfig, progress: Progress = _quiet) -> LabState:
             slurm=cfg.slurm,
             slurm_conf=str(conf) if conf else None,
             health_check_interval=cfg.health_check_interval if cfg.slurm else None,
+            kubeconfig=str(kubeconfig) if kubeconfig else None,
             fleet_binds=[str(d) for d in hostfleet.fleet_dirs()]
             if hostfleet.fleet_runs_in_hosts()
             else [],
@@ -237,6 +243,9 @@ def up(paths: LabPaths, cfg: UpConfig, progress: Progress = _quiet) -> LabState:
                 6,
                 steps,
             )
+        if state.kubeconfig:
+            state.kube_ready_s = round(K.wait_ready(paths, cfg.timeout + 60), 2)
+            atomic_write(paths.state_file, state.to_json())
     except BaseException:
         down(paths)
         raise
@@ -400,6 +409,8 @@ def status(paths: LabPaths) -> dict[str, Any]:
         "slurm_ready_s": state.slurm_ready_s,
         "prometheus_url": state.prometheus_url,
         "prometheus_ready_s": state.prometheus_ready_s,
+        "kubeconfig": state.kubeconfig,
+        "kube_ready_s": state.kube_ready_s,
         "hosts": hosts,
     }
 

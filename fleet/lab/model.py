@@ -227,6 +227,8 @@ class LabState:
     slurm_conf: str | None = None  # SLURM_CONF for every Slurm command (None: no Slurm)
     health_check_interval: int | None = None
     slurm_ready_s: float | None = None  # slurmctld started -> every node idle, measured at up
+    kubeconfig: str | None = None  # the lab's own Kubernetes API server (None: `--kubernetes` off)
+    kube_ready_s: float | None = None  # etcd started -> API server ready, every Node created
     fleet_binds: list[str] = field(default_factory=list)  # read-only into every host
     prometheus_url: str | None = None  # the lab's Prometheus (fleet.lab.prom_service)
     prometheus_ready_s: float | None = None  # its start to /-/ready, measured at up

@@ -1,6 +1,7 @@
 """The lab for integration tests: 5 hosts (netns) with a real Slurm (slurmctld + munged here, a
-slurmd in every host) for the whole session, torn down at the end. Slurm commands need
-`SLURM_CONF=lab_state.slurm_conf` (the `slurm_env` fixture)."""
+slurmd in every host) and a real Kubernetes API server (one Node per host) for the whole session,
+torn down at the end. Slurm commands need `SLURM_CONF=lab_state.slurm_conf` (the `slurm_env`
+fixture), kubectl the `kube_env` fixture."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import paramiko
 import pytest
 
 from fleet.lab import lab
+from fleet.lab.kube import missing_tools as kube_missing_tools
 from fleet.lab.paths import LabPaths
 from fleet.lab.repo import Perf
 from fleet.lab.slurm import missing_tools as slurm_missing_tools
@@ -30,7 +32,7 @@ RUN_DIR = Path(os.environ.get("FLEET_LAB_TEST_DIR", "/run/fleet-lab-test"))
 def _skip_reason() -> str | None:
     if os.geteuid() != 0:
         return "the lab needs root (CI runs it as root: bash scripts/test)"
-    missing = missing_tools() + slurm_missing_tools()
+    missing = missing_tools() + slurm_missing_tools() + kube_missing_tools()
     if missing:
         return "the lab needs Debian packages: " + " ".join(missing)
     if shutil.which("ip") and os.system("ip link show fleetbr0 >/dev/null 2>&1") == 0:
@@ -156,6 +158,7 @@ def lab_paths() -> Iterator[LabPaths]:
                 # rollout tests feel on a 2-core machine: every 30 s instead of the lab's 10 s
                 health_check_interval=30,
                 prometheus=True,  # one for the session: the live gate's and hygiene's lab tests
+                kubernetes=True,  # etcd + API server start beside the hosts' boots (~10 s)
             ),
         )
         yield paths
@@ -166,11 +169,23 @@ def lab_paths() -> Iterator[LabPaths]:
         # nothing of the lab's Slurm either: slurmctld's port is free again
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", 6917), 0.5):
             raise AssertionError("something still listens on the lab's SlurmctldPort 6917")
+        for port in (6930, 6932):  # nor of its etcd and API server
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
+                raise AssertionError(f"something still listens on the lab's Kubernetes port {port}")
 
 
 @pytest.fixture(scope="session")
 def lab_state(lab_paths: LabPaths):
     return lab.load_state(lab_paths)
+
+
+@pytest.fixture(scope="session")
+def kube_env(lab_state) -> dict[str, str]:
+    """The environment for kubectl against the lab's own API server (KUBECONFIG, KUBECACHEDIR)."""
+    from fleet.lab.kube import kubectl_env
+
+    assert lab_state.kubeconfig, "the session lab runs with kubernetes"
+    return kubectl_env(lab_state.kubeconfig)
 
 
 @pytest.fixture(scope="session")

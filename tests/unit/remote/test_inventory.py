@@ -131,6 +131,20 @@ def test_the_lab_inventory_reads_alike(tmp_path: Path, monkeypatch: pytest.Monke
     assert data["scheduler"] == "slurm" and data["ssh_hostname"] == "10.77.0.10"
 
 
+def test_the_lab_inventory_names_its_kubeconfig(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lab with Kubernetes: every host carries the lab's kubeconfig; the scheduler is
+    kubernetes unless the lab also runs Slurm (then `--scheduler kubernetes` picks it)."""
+    host = {"name": "h1", "address": "10.77.0.11", "port": 22, "pool": "h100", "wave": "wave1",
+            "gpu_model": "H100", "gpu_count": 8, "unit": "u0"}
+    monkeypatch.setenv("FLEET_LAB_DIR", str(tmp_path))
+    for extra, scheduler in (({}, "kubernetes"), ({"slurm_conf": "/x/slurm.conf"}, "slurm")):
+        write(tmp_path / "lab.json", json.dumps({"hosts": [host], "kubeconfig": "/x/kubeconfig",
+                                                 **extra}))
+        _, data = _fleet_view("inventories/lab.py", ROOT, monkeypatch)["h1"]
+        assert data["kubeconfig"] == "/x/kubeconfig" and data["scheduler"] == scheduler
+
+
 def test_host_lists_and_local(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.chdir(tmp_path)
     inv = load_inventory_file("@local,gpu-01")
