@@ -76,6 +76,8 @@ class Options:
     require_libs: list[str] = field(default_factory=list)
     skip: list[str] = field(default_factory=list)
     root: str = "/"
+    max_load_ms: float | None = None
+    prom_file: str | None = None
 
 
 @dataclass
@@ -106,6 +108,7 @@ def validate(o: Options) -> None:
                         f"(expected one of {', '.join(CHECKS)})"})
     for flag, num, low in (("--rtol", o.rtol, 0.0), ("--atol", o.atol, 0.0),
                            ("--max-latency-ms", o.max_latency_ms, 0.0),
+                           ("--max-load-ms", o.max_load_ms, 0.0),
                            ("--sample-seconds", o.sample_seconds, 0.0),
                            ("--min-gpu-util", o.min_gpu_util, 0.0)):
         if num is not None and not (num >= low and num < float("inf")):
@@ -116,9 +119,13 @@ def validate(o: Options) -> None:
         bad.append({"field": "--runs", "message": "at least 1"})
     if o.gpus is not None and o.gpus < 0:
         bad.append({"field": "--gpus", "message": "a count is at least 0"})
+    if o.prom_file is not None and (os.path.isdir(o.prom_file) or not os.path.isdir(
+            os.path.dirname(os.path.abspath(o.prom_file)))):
+        bad.append({"file": o.prom_file, "field": "--prom-file",
+                    "message": "name a file in an existing directory (the textfile collector's)"})
     if o.onnx is None:
         for flag, given in (("--providers", o.providers), ("--canary", o.canary),
-                            ("--allow-cpu", o.allow_cpu)):
+                            ("--allow-cpu", o.allow_cpu), ("--max-load-ms", o.max_load_ms)):
             if given:
                 bad.append({"field": flag, "message": "needs --onnx MODEL"})
     else:
@@ -537,11 +544,13 @@ def onnx_checks(o: Options, nvml: Nvml | None) -> list[Check]:
     so.log_severity_level = 0  # VERBOSE: the "Node placements" report
     with captured() as log:
         ort.set_default_logger_severity(0)  # "Force fallback to CPU" comes from the default one
+        t0 = time.perf_counter()  # the cold start: read the model, build the session
         try:
             sess = ort.InferenceSession(o.onnx, so, providers=o.providers)
         except Exception as e:
             sess, error = None, e
         finally:
+            load_ms = (time.perf_counter() - t0) * 1000.0
             ort.set_default_logger_severity(2)
     available = ort.get_available_providers()
     d: dict[str, Any] = {"version": ort.__version__, "package": _ort_package(),
@@ -553,10 +562,117 @@ def onnx_checks(o: Options, nvml: Nvml | None) -> list[Check]:
                                "message": f"ONNX Runtime cannot load the model: {error}"}])
         d["reasons"] = _reasons(log)
         return [Check("onnxruntime", FAIL, f"session could not be created ({kind}): {error}", d)]
-    checks = [_provider_check(o, sess, log, d)]
+    checks = [_provider_check(o, sess, log, d), cold_start_check(o, load_ms)]
     if o.canary is not None:
         checks += canary_checks(o, sess, nvml, d)
     return checks
+
+
+# network and remote filesystems a model file may be read from (a FUSE one we do not know is
+# reported as unknown, not as local)
+NETWORK_FS = frozenset({
+    "nfs", "nfs4", "cifs", "smb3", "smbfs", "ceph", "glusterfs", "lustre", "gpfs", "beegfs",
+    "9p", "afs", "ocfs2", "fuse.sshfs", "fuse.s3fs", "fuse.gcsfuse", "fuse.goofys",
+    "fuse.rclone", "fuse.juicefs", "fuse.mountpoint-s3", "fuse.blobfuse2", "fuse.glusterfs",
+    "fuse.ceph", "fuse.lxcfs", "virtiofs"})
+LOCAL_FS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "zfs", "f2fs", "tmpfs",
+                      "overlay", "squashfs", "vfat", "ramfs", "bcachefs"})
+
+
+def _unescape(path: str) -> str:
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), path)
+
+
+def model_filesystem(path: str, root: str = "/") -> dict[str, Any]:
+    """The mount the file lies on (the longest mount point above its real path, from
+    /proc/self/mountinfo): mount point, filesystem type, source, and whether it is a network
+    filesystem (None: unknown, e.g. an unlisted FUSE type or no mount table)."""
+    real = os.path.realpath(path)
+    try:
+        with open(os.path.join(root, "proc/self/mountinfo"), encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError as e:
+        return {"mount": None, "fstype": None, "source": None, "network": None,
+                "error": f"cannot read the mount table: {e.strerror}"}
+    best: tuple[str, str, str] | None = None
+    for line in lines:
+        left, sep, right = line.partition(" - ")
+        fields, tail = left.split(), right.split()
+        if not sep or len(fields) < 5 or len(tail) < 2:
+            continue
+        mnt = _unescape(fields[4])
+        inside = real == mnt or real.startswith(mnt.rstrip("/") + "/")
+        if inside and (best is None or len(mnt) >= len(best[0])):
+            best = (mnt, tail[0], _unescape(tail[1]))
+    if best is None:
+        return {"mount": None, "fstype": None, "source": None, "network": None,
+                "error": "no mount holds the file"}
+    mnt, fstype, src = best
+    network = True if fstype in NETWORK_FS else False if fstype in LOCAL_FS else None
+    return {"mount": mnt, "fstype": fstype, "source": src, "network": network}
+
+
+def cold_start_check(o: Options, load_ms: float) -> Check:
+    """How long the model took to load and its session to be created, and where the file
+    lies: a network filesystem makes every cold start pay the network."""
+    assert o.onnx is not None
+    fs = model_filesystem(o.onnx, o.root)
+    d = {"load_ms": round(load_ms, 3), "max_load_ms": o.max_load_ms,
+         "file_bytes": os.path.getsize(o.onnx), **{f"fs_{k}": v for k, v in fs.items()}}
+    where = {True: "network", False: "local", None: "unknown"}[fs["network"]]
+    text = (f"model loaded and session created in {load_ms:.1f} ms from a {where} filesystem "
+            f"({fs['fstype'] or '?'} at {fs['mount'] or '?'})")
+    warn = []
+    if fs["network"]:
+        warn.append(f"{o.onnx} is read over the network ({fs['fstype']} from {fs['source']}): "
+                    "every cold start pays it; copy the model to local disk or a node cache")
+    elif fs["network"] is None:
+        warn.append(f"cannot tell whether {o.onnx} is on local disk: "
+                    f"{fs.get('error') or 'filesystem type ' + str(fs['fstype'])}")
+    if o.max_load_ms is not None and load_ms > o.max_load_ms:
+        return Check("cold-start", FAIL, f"{text}: over the limit {o.max_load_ms:g} ms", d, warn)
+    return Check("cold-start", PASS, text, d, warn)
+
+
+def prom_text(report: dict[str, Any], model: str | None, now: float) -> str:
+    """The outcome as a Prometheus textfile (node_exporter's textfile collector)."""
+    def esc(v: object) -> str:
+        return str(v).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+    lines = ["# HELP fleet_preflight_passed 1 when every check passed",
+             "# TYPE fleet_preflight_passed gauge",
+             f"fleet_preflight_passed {int(report['status'] == PASS)}",
+             "# HELP fleet_preflight_timestamp_seconds When the preflight ran",
+             "# TYPE fleet_preflight_timestamp_seconds gauge",
+             f"fleet_preflight_timestamp_seconds {now:.3f}"]
+    cold = next((c for c in report["checks"] if c["name"] == "cold-start"), None)
+    if cold is not None:
+        d, lab = cold["details"], f'model="{esc(model)}"'
+        lines += ["# HELP fleet_preflight_model_load_ms Model load and session creation (ms)",
+                  "# TYPE fleet_preflight_model_load_ms gauge",
+                  f"fleet_preflight_model_load_ms{{{lab}}} {d['load_ms']}",
+                  "# HELP fleet_preflight_model_on_network_fs 1: the model file is on a "
+                  "network filesystem, 0: local, -1: unknown",
+                  "# TYPE fleet_preflight_model_on_network_fs gauge",
+                  f"fleet_preflight_model_on_network_fs{{{lab},fstype="
+                  f"\"{esc(d['fs_fstype'] or '')}\"}} "
+                  f"{ {True: 1, False: 0, None: -1}[d['fs_network']] }"]
+    return "\n".join(lines) + "\n"
+
+
+def write_prom(path: str, text: str) -> None:
+    """Atomically (a temporary file in the same directory, then a rename): the collector
+    never reads half a file."""
+    fd, tmp = tempfile.mkstemp(prefix=".preflight-", dir=os.path.dirname(os.path.abspath(path)))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def _provider_check(o: Options, sess: Any, log: list[str], d: dict[str, Any]) -> Check:
@@ -775,11 +891,14 @@ def run(o: Options) -> dict[str, Any]:
     status = FAIL if FAIL in statuses else UNKNOWN if UNKNOWN in statuses else (
         PASS if PASS in statuses else UNKNOWN)
     code = {PASS: 0, FAIL: 1, UNKNOWN: 3}[status]
-    return {"schema": SCHEMA, "status": status, "exit_code": code,
-            "checks": [asdict(c) for c in checks],
-            "summary": "nothing to check" if statuses <= {SKIP} else
-            f"{sum(c.status == FAIL for c in checks)} failed, "
-            f"{sum(c.status == UNKNOWN for c in checks)} could not check"}
+    report = {"schema": SCHEMA, "status": status, "exit_code": code,
+              "checks": [asdict(c) for c in checks],
+              "summary": "nothing to check" if statuses <= {SKIP} else
+              f"{sum(c.status == FAIL for c in checks)} failed, "
+              f"{sum(c.status == UNKNOWN for c in checks)} could not check"}
+    if o.prom_file is not None:
+        write_prom(o.prom_file, prom_text(report, o.onnx, time.time()))
+    return report
 
 
 def render(report: dict[str, Any]) -> str:
@@ -817,6 +936,8 @@ def parser() -> argparse.ArgumentParser:
     a("--rtol", type=float, default=1e-3)
     a("--atol", type=float, default=1e-5)
     a("--max-latency-ms", type=float, help="limit on the median warm latency")
+    a("--max-load-ms", type=float, help="limit on loading the model and creating the session")
+    a("--prom-file", metavar="PATH", help="also write the outcome as a Prometheus textfile")
     a("--runs", type=int, default=20, help="warm runs after the first (default 20)")
     a("--sample-seconds", type=float, default=1.0, help="keep answering this long while NVML "
       "samples utilization (default 1)")

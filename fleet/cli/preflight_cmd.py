@@ -40,6 +40,12 @@ def preflight(
                     ] = 1e-5,
     max_latency_ms: Annotated[float | None, typer.Option(
         "--max-latency-ms", help="Limit on the median warm latency of the canary.")] = None,
+    max_load_ms: Annotated[float | None, typer.Option(
+        "--max-load-ms", help="Limit on loading the model and creating its session (the cold "
+        "start).")] = None,
+    prom_file: Annotated[Path | None, typer.Option(
+        "--prom-file", help="Also write the outcome (passed, model load time, network or local "
+        "filesystem) as a Prometheus textfile for node_exporter.")] = None,
     runs: Annotated[int, typer.Option("--runs", help="Warm runs after the first.")] = 20,
     sample_seconds: Annotated[float, typer.Option(
         "--sample-seconds", help="Keep answering this long while NVML samples utilization.")
@@ -91,7 +97,8 @@ def preflight(
         max_latency_ms=max_latency_ms, runs=runs, sample_seconds=sample_seconds,
         min_gpu_util=min_gpu_util, gpus=gpus, expect_driver=expect_driver,
         expect_cuda=expect_cuda, expect_cudnn=expect_cudnn, expect_tensorrt=expect_tensorrt,
-        require_libs=_csv(require_lib or []), skip=_csv(skip or []), root=str(root))
+        require_libs=_csv(require_lib or []), skip=_csv(skip or []), root=str(root),
+        max_load_ms=max_load_ms, prom_file=str(prom_file) if prom_file else None)
     try:
         report = pf.run(opts)
     except pf.InputError as exc:

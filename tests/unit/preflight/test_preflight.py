@@ -60,7 +60,7 @@ def test_cpu_provider_and_a_right_canary_pass(model: Path,
     # the document: schema, verdict, exit code, every check with the same keys
     assert r.doc["schema"] == 1 and r.doc["status"] == "pass" and r.doc["exit_code"] == 0
     assert [c["name"] for c in r.doc["checks"]] == [
-        "gpu", "driver", "onnxruntime", "canary", "latency", "gpu-busy"]
+        "gpu", "driver", "onnxruntime", "cold-start", "canary", "latency", "gpu-busy"]
     for c in r.doc["checks"]:
         assert set(c) == {"name", "status", "message", "details", "warnings"}
         assert c["status"] in ("pass", "fail", "could-not-check", "skipped")
@@ -342,3 +342,42 @@ def test_cli_module_imports_no_runtime() -> None:
     cp = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                         timeout=60)
     assert cp.stdout.strip() == "[]", cp.stdout + cp.stderr
+
+
+# ------------------------------------------------------------------ cold start (issue 24.4)
+def test_cold_start_time_and_the_model_files_filesystem(model: Path, tmp_path: Path) -> None:
+    prom = tmp_path / "preflight.prom"
+    r = run_preflight("--onnx", str(model), "--providers", "CPUExecutionProvider",
+                      "--prom-file", str(prom), *CPU_ONLY)
+    assert r.rc == 0, r.doc
+    cold = r.check("cold-start")
+    d = cold["details"]
+    assert cold["status"] == "pass" and 0 < d["load_ms"] < 60_000
+    assert d["file_bytes"] == model.stat().st_size and d["fs_mount"] and d["fs_fstype"]
+    text = prom.read_text()
+    assert "fleet_preflight_passed 1\n" in text
+    assert f'fleet_preflight_model_load_ms{{model="{model}"}} {d["load_ms"]}' in text
+    assert not list(tmp_path.glob(".preflight-*"))  # written through a renamed temporary file
+
+
+def test_a_model_on_nfs_is_named_and_a_slow_load_fails(model: Path, tmp_path: Path) -> None:
+    """A mount table (under --root) that puts the model's folder on NFS; a load limit no real
+    session creation meets."""
+    (tmp_path / "proc/self").mkdir(parents=True)
+    (tmp_path / "proc/self/mountinfo").write_text(
+        "22 1 8:1 / / rw,relatime - ext4 /dev/sda1 rw\n"
+        f"40 22 0:52 / {model.parent} rw,relatime - nfs4 filer:/models rw,vers=4.2\n")
+    r = run_preflight("--onnx", str(model), "--providers", "CPUExecutionProvider",
+                      "--max-load-ms", "0.000001", "--skip", "gpu", "--skip", "driver",
+                      *CPU_ONLY, root=tmp_path)
+    cold = r.check("cold-start")
+    assert r.rc == 1 and cold["status"] == "fail", r.doc
+    assert "over the limit 1e-06 ms" in cold["message"]
+    assert "from a network filesystem (nfs4 at " in cold["message"]
+    assert any("filer:/models" in w for w in cold["warnings"])
+    assert pf.model_filesystem(str(model), str(tmp_path))["network"] is True
+
+
+def test_max_load_ms_needs_a_model() -> None:
+    r = run_preflight("--max-load-ms", "100")
+    assert r.rc == 2 and "--max-load-ms" in json.dumps(r.doc)
