@@ -6,7 +6,7 @@ Per pool and model, over the week that ends at the report's time:
 - latency and queue time p50/p95/p99 of the pool's hosts: for a histogram family the quantile
   of the week's summed bucket increases (one quantile of every request); for a summary family
   (Triton) the exported quantile averaged over the week and over the hosts (a summary's
-  quantiles cannot be combined into the pool's);
+  quantiles cannot be combined into the pool's; NaN samples of empty windows left out);
 - the same for last week, and for each release the pool's hosts run this week;
 - the model load time (the gauge's maximum over the week), the response-cache hit rate, where
   the family exports them;
@@ -30,6 +30,7 @@ WEEK_S = 7 * 24 * 3600.0
 WEEKS = 4
 QUANTILES = (0.5, 0.95, 0.99)
 REGRESSION = 0.20
+SUMMARY_STEP_S = 60.0
 
 
 def _timing(fam: Family, signal: Signal) -> Any:
@@ -38,7 +39,7 @@ def _timing(fam: Family, signal: Signal) -> Any:
 
 def week_quantile(fam: Family, signal: Signal, q: float, *, model: str | None,
                   hosts: Iterable[str], host_label: str, window_s: float = WEEK_S,
-                  by_host: bool = False) -> str:
+                  by_host: bool = False, step_s: float = SUMMARY_STEP_S) -> str:
     """The `q` quantile of `signal` over the window: the pool's (or each host's)."""
     timing = _timing(fam, signal)
     label = check_label(host_label)
@@ -52,7 +53,10 @@ def week_quantile(fam: Family, signal: Signal, q: float, *, model: str | None,
     sel = selector(timing.base, host_label=label, hosts=hosts, model_label=fam.model_label,
                    model=model, extra=f"quantile=~{string(qtext)}")
     group = f" by ({label})" if by_host else ""
-    return f"avg{group} (avg_over_time({sel}[{duration(window_s)}]))"
+    # an empty summary window exports NaN (a server just started): `>= 0` drops those samples
+    # (one NaN would make the week's average NaN), over a subquery at SUMMARY_STEP_S
+    return (f"avg{group} (avg_over_time(({sel} >= 0)[{duration(window_s)}:"
+            f"{duration(step_s)}]))")
 
 
 def load_query(fam: Family, *, model: str | None, hosts: Iterable[str], host_label: str,

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from fleet.domain.promql import FAMILY, count_query, models_query, quantile_query
+from fleet.domain.serving_week import week_quantile
 from fleet.prometheus import PrometheusSource, Target
 from tests.unit.prometheus.realprom import (
     LATENCY_BOUNDS,
@@ -28,9 +29,11 @@ from tests.unit.prometheus.realprom import (
 )
 
 HOSTS = {"gpu-01": HostTraffic(vllm={"llama": ModelTraffic(factor=1.6), "mistral": ModelTraffic()},
-                               triton={"resnet": ModelTraffic(factor=1.5, error_share=0.05)}),
+                               triton={"resnet": ModelTraffic(factor=1.5, error_share=0.05),
+                                       "bert": ModelTraffic()}),
          "gpu-02": HostTraffic(vllm={"llama": ModelTraffic(), "mistral": ModelTraffic()},
-                               triton={"resnet": ModelTraffic(failure_reason=False)})}
+                               triton={"resnet": ModelTraffic(failure_reason=False),
+                                       "bert": ModelTraffic(summary_nan=True)})}
 BOTH = sorted(HOSTS)
 
 
@@ -98,6 +101,18 @@ def test_summary_quantile_errors_and_requests(
     # it had one): its requests are counted too, not refused as one label set twice
     assert 0.5 * 50 * window < n["gpu-02"][0] < 2 * 50 * window
     assert k["gpu-02"][0] / n["gpu-02"][0] == pytest.approx(0.01, rel=1e-6)
+
+
+def test_the_weekly_summary_quantile_leaves_out_empty_windows(
+        prom: tuple[PrometheusSource, RealPrometheus]) -> None:
+    """gpu-02's bert summary is NaN (no request in its window): the pool's p99 is gpu-01's,
+    not NaN (fleet.domain.serving_week, hygiene's serving section)."""
+    source, _ = prom
+    query = week_quantile(FAMILY["triton"], "latency", 0.99, model="bert", hosts=BOTH,
+                          host_label="host", window_s=60, step_s=1)
+    res = source.instant(query)
+    assert res.measured, (query, res.why_not())
+    assert res.series[0].values()[-1] == pytest.approx(SUMMARY_US[0.99])
 
 
 def test_range_query_and_the_default_host_label(

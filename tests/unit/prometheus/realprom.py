@@ -66,6 +66,7 @@ class ModelTraffic:
     factor: float = 1.0  # latency scale (a slow release: > 1)
     error_share: float = 0.01
     failure_reason: bool = True  # Triton's failure counter carries `reason` (older ones do not)
+    summary_nan: bool = False  # an empty summary window: Triton exports NaN quantiles
 
 
 @dataclass
@@ -111,7 +112,8 @@ def exposition(traffic: HostTraffic, elapsed_s: float) -> str:
             n = t.rps * elapsed_s
             lab = f'model="{model}",version="1"'
             for q, us in table.items():
-                lines.append(f'{name}{{{lab},quantile="{q:g}"}} {_num(us * t.factor)}')
+                value = "NaN" if t.summary_nan else _num(us * t.factor)
+                lines.append(f'{name}{{{lab},quantile="{q:g}"}} {value}')
             lines.append(f"{name}_sum{{{lab}}} {_num(n * table[0.5] * t.factor)}")
             lines.append(f"{name}_count{{{lab}}} {_num(n)}")
     return "\n".join(lines) + "\n"
