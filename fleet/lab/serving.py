@@ -3,7 +3,7 @@ the way Triton and vLLM export it, and the `slow-serving` fault that slows one o
 
 `SERVING_CODE` runs on the host inside `model_server.py` (fleet/lab/perf.py; stdlib only, and
 the Python of both Debian 12 and Rocky 9). A thread "serves" `serving.rate` requests per second
-(host state key, default 100) of each model in `SERVING_MODELS`; `GET /metrics` exports them:
+(host state key, default 200) of each model in `SERVING_MODELS`; `GET /metrics` exports them:
 
     Triton  nv_inference_request_success / _failure, nv_inference_count,
             nv_inference_request_duration_us, nv_inference_queue_duration_us (counters),
@@ -98,7 +98,7 @@ class Serving:
         now = self.clock() if now is None else now
         state = _kv(STATE_FILE)
         cfg = perf_config()
-        rate = float(state.get("serving.rate", "100"))
+        rate = float(state.get("serving.rate", "200"))
         with self.lock:
             self.debt = min(self.debt + rate * max(0.0, now - self.last), rate * 5)
             self.last = now
@@ -117,7 +117,7 @@ class Serving:
             m.fail += 1
             return
         lat = m.median / speed * self.rng.lognormvariate(0.0, m.sigma)
-        queue = lat * 0.08 * self.rng.lognormvariate(0.0, 0.5)
+        queue = lat * 0.08 * self.rng.lognormvariate(0.0, 0.25)
         m.ok += 1
         m.lat_us += (lat + queue) * 1e6
         m.queue_us += queue * 1e6

@@ -55,14 +55,14 @@ def test_both_models_are_served_and_exported_triton_and_vllm_style(tmp_path: Pat
     s = serve(srv, clock, 10)
     for model in MODEL_NAMES:
         tl = f'model="{model}",version="1"'
-        assert s[("nv_inference_request_success", tl)] == 1000  # 100 per second
+        assert s[("nv_inference_request_success", tl)] == 2000  # 200 per second
         assert s[("nv_inference_request_failure", tl)] == 0
         assert s[("nv_model_load_duration_secs", tl)] > 1
         vl = f'model_name="{model}"'
         count = s[("vllm:e2e_request_latency_seconds_count", vl)]
-        assert s[("vllm:e2e_request_latency_seconds_bucket", vl + ',le="+Inf"')] == count == 1000
-        assert s[("vllm:request_queue_time_seconds_count", vl)] == 1000
-        assert s[("vllm:time_to_first_token_seconds_count", vl)] == 1000
+        assert s[("vllm:e2e_request_latency_seconds_bucket", vl + ',le="+Inf"')] == count == 2000
+        assert s[("vllm:request_queue_time_seconds_count", vl)] == 2000
+        assert s[("vllm:time_to_first_token_seconds_count", vl)] == 2000
     # the response cache is exported for resnet50 only
     hits = {k[1] for k in s if k[0] == "nv_cache_num_hits_per_model"}
     assert hits == {'model="resnet50",version="1"'}
@@ -87,7 +87,7 @@ def test_without_nvml_every_request_fails(tmp_path: Path) -> None:
     srv, clock = server(tmp_path, healthy=False)
     s = serve(srv, clock, 2)
     tl = 'model="resnet50",version="1"'
-    assert s[("nv_inference_request_failure", tl)] == 200
+    assert s[("nv_inference_request_failure", tl)] == 400
     assert s[("nv_inference_request_success", tl)] == 0
 
 
@@ -96,7 +96,7 @@ def test_a_late_tick_catches_up_at_most_five_seconds(tmp_path: Path) -> None:
     clock[0] += 60  # the thread starved for a minute on a loaded machine
     srv.tick()
     s = serve(srv, clock, 0)
-    assert s[("nv_inference_request_success", 'model="resnet50",version="1"')] == 500
+    assert s[("nv_inference_request_success", 'model="resnet50",version="1"')] == 1000
 
 
 def test_the_model_server_script_compiles() -> None:
