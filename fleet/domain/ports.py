@@ -172,7 +172,8 @@ class NodeCommands(Protocol):
     (persistence, compute mode, power limit, clocks, ECC, MIG): argv lists only, each checked
     by `fleet.domain.node_commands.check_argv` before it leaves the controller. Per host, the
     commands run in order and stop at the first that fails; `value` is what they printed.
-    `files`: per host, the boot unit's files (`fleet.domain.node_plan.boot_unit`), written
+    `files`: per host, the boot unit's files (`fleet.domain.node_plan.boot_unit`, with the
+    mig-parted layout where mig-parted applies it: written before the commands), written
     and enabled where they differ; `changed` says whether anything was run or written."""
 
     def run_commands(self, commands: Mapping[str, Sequence[tuple[str, ...]]], *,
