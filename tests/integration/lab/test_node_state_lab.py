@@ -140,7 +140,7 @@ def current_release(matrix_path: Path) -> str:
     (plan,) = backend.plan([HOST], matrix.golden_for("h100")).values()
     assert plan.value is not None, plan.error
     current = release_of(matrix.releases, plan.value.installed, plan.value.os_family)
-    assert current is not None
+    assert current is not None, f"h2 runs no release of {matrix_path}: {plan.value.installed}"
     return current
 
 
