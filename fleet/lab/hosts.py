@@ -34,7 +34,7 @@ from fleet.lab.model import (
 )
 from fleet.lab.paths import LabPaths
 from fleet.lab.perf import BENCH_SCRIPT, MODEL_SERVER_SCRIPT
-from fleet.lab.sysutil import atomic_write, run
+from fleet.lab.sysutil import atomic_write, mount_overlay, run
 
 STATE = "var/lib/gpusim/state"
 PENDING = "var/lib/gpusim/module.pending"
@@ -252,18 +252,7 @@ def create_host(paths: LabPaths, host: HostSpec, base: Path) -> str:
         (d / sub).mkdir(parents=True, exist_ok=True)
     root = d / "root"
     if not os.path.ismount(root):
-        run(
-            [
-                "mount",
-                "-t",
-                "overlay",
-                "overlay",
-                "-o",
-                f"lowerdir={host_layer(paths, host)}:{base},upperdir={d / 'upper'},"
-                f"workdir={d / 'work'}",
-                root,
-            ]
-        )
+        mount_overlay(f"{host_layer(paths, host)}:{base}", d / "upper", d / "work", root)
     (root / "etc/hostname").write_text(host.hostname + "\n")
     (root / "etc/hosts").write_text(f"127.0.0.1 localhost\n{host.address} {host.hostname}\n")
     key = root / "etc/ssh/ssh_host_ed25519_key"

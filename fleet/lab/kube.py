@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-import socket
 import subprocess
 import threading
 import time
@@ -41,7 +40,7 @@ from fleet.lab import kube_build
 from fleet.lab.kube_api import KubeApi, KubeApiError
 from fleet.lab.kubelet_standin import KubeletStandin
 from fleet.lab.paths import LabPaths
-from fleet.lab.sysutil import atomic_write, run
+from fleet.lab.sysutil import atomic_write, require_free_ports, run
 
 ETCD_PORT = 6930
 ETCD_PEER_PORT = 6931
@@ -109,16 +108,8 @@ def check() -> None:
 
 def check_ports() -> None:
     """Refuse to start when something (another lab, a cluster of the machine) holds a port."""
-    for port, what in ((ETCD_PORT, "etcd"), (ETCD_PEER_PORT, "etcd peer"),
-                       (API_PORT, "kube-apiserver")):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError as exc:
-                raise CouldNotComplete(
-                    f"port {port} (the lab's {what}) is in use ({exc.strerror}): is another lab "
-                    "with --kubernetes up?") from None
+    require_free_ports(((ETCD_PORT, "etcd"), (ETCD_PEER_PORT, "etcd peer"),
+                        (API_PORT, "kube-apiserver")), "--kubernetes")
 
 
 def kubeconfig_text(token: str) -> str:

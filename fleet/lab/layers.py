@@ -10,7 +10,7 @@ from typing import Any
 from fleet.lab import hosts as H
 from fleet.lab import repo, rpmrepo
 from fleet.lab.paths import LabPaths
-from fleet.lab.sysutil import run
+from fleet.lab.sysutil import overlay_build, run
 
 
 def install_release(
@@ -24,32 +24,13 @@ def install_release(
     debs = [
         paths.repo / p.deb_name for n, v in wanted for p in pkgs if (p.name, p.upstream) == (n, v)
     ]
-    build = paths.run / "layer-build"
-    work = paths.run / "layer-work"
-    build.mkdir(exist_ok=True)
-    work.mkdir(exist_ok=True)
-    run(
-        [
-            "mount",
-            "-t",
-            "overlay",
-            "overlay",
-            "-o",
-            f"lowerdir={base},upperdir={paths.layer},workdir={work}",
-            build,
-        ]
-    )
-    try:
+    with overlay_build(base, paths.layer, paths.run / "layer") as build:
         tmp = build / "tmp/fleet-lab-debs"
         tmp.mkdir(parents=True, exist_ok=True)
         for d in debs:
             shutil.copy(d, tmp / d.name)
         run(["chroot", build, "dpkg", "-i", *[f"/tmp/fleet-lab-debs/{d.name}" for d in debs]])
         shutil.rmtree(tmp)
-    finally:
-        run(["umount", build], check=False)
-        shutil.rmtree(work, ignore_errors=True)
-        build.rmdir()
 
 
 def install_release_el9(paths: LabPaths, base: Path, release: str, releases: list[Any]) -> None:
@@ -61,13 +42,7 @@ def install_release_el9(paths: LabPaths, base: Path, release: str, releases: lis
         rel = next(r for r in releases if r.name == release)
         specs += [f"{s.name}-{s.version}" for s in rel.packages("rhel")]
         stream = rel.driver_module_stream()
-    build, work = paths.run / "layer-el9-build", paths.run / "layer-el9-work"
-    build.mkdir(exist_ok=True)
-    work.mkdir(exist_ok=True)
-    layer = H.el9_layer(paths)
-    run(["mount", "-t", "overlay", "overlay", "-o",
-         f"lowerdir={base},upperdir={layer},workdir={work}", build])
-    try:
+    with overlay_build(base, H.el9_layer(paths), paths.run / "layer-el9") as build:
         seed = build / "tmp/fleet-lab-rpms"
         shutil.copytree(paths.repo / rpmrepo.DIST, seed)
         dnf: list[str | Path] = ["chroot", build, "dnf", "-y", "-q", "--disablerepo=*",
@@ -77,7 +52,3 @@ def install_release_el9(paths: LabPaths, base: Path, release: str, releases: lis
         run([*dnf, "install", *specs])
         run(["chroot", build, "dnf", "-q", "clean", "all"], check=False)
         shutil.rmtree(seed)
-    finally:
-        run(["umount", build], check=False)
-        shutil.rmtree(work, ignore_errors=True)
-        build.rmdir()

@@ -36,7 +36,7 @@ from fleet.errors import CouldNotComplete
 from fleet.lab import hostfleet
 from fleet.lab.model import BRIDGE_ADDR, HostSpec, LabState
 from fleet.lab.paths import LabPaths
-from fleet.lab.sysutil import atomic_write, run
+from fleet.lab.sysutil import atomic_write, require_free_ports, run
 
 CTLD_PORT = 6917
 SLURMD_PORT = 6918
@@ -313,15 +313,7 @@ def configure(paths: LabPaths, hosts: Sequence[HostSpec], health_interval: int) 
 
 def check_port() -> None:
     """Refuse to start when something (a Slurm of the machine, another lab) holds 6917."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("0.0.0.0", CTLD_PORT))
-        except OSError as exc:
-            raise CouldNotComplete(
-                f"port {CTLD_PORT} (the lab's SlurmctldPort) is in use ({exc.strerror}): "
-                "is another lab with --slurm up?"
-            ) from None
+    require_free_ports(((CTLD_PORT, "SlurmctldPort"),), "--slurm", host="0.0.0.0")
 
 
 def missing_tools() -> list[str]:

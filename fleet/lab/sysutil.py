@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from fleet.errors import BadInput, CouldNotComplete
@@ -100,3 +102,40 @@ def atomic_write(path: Path, data: str | bytes, mode: int = 0o644) -> None:
     tmp.write_bytes(data)
     os.chmod(tmp, mode)
     os.replace(tmp, path)
+
+
+def require_free_ports(ports: Sequence[tuple[int, str]], service: str,
+                       host: str = "127.0.0.1") -> None:
+    """Refuse to start a lab service when something (another lab, a service of the machine)
+    holds one of its fixed ports: `ports` is (port, what the lab runs there)."""
+    for port, what in ports:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((host, port))
+            except OSError as exc:
+                raise CouldNotComplete(
+                    f"port {port} (the lab's {what}) is in use ({exc.strerror}): is another lab "
+                    f"with {service} up?") from None
+
+
+def mount_overlay(lower: str | Path, upper: Path, work: Path, target: Path) -> None:
+    """An overlay of `upper` over `lower` (one directory or several joined with `:`)."""
+    run(["mount", "-t", "overlay", "overlay", "-o",
+         f"lowerdir={lower},upperdir={upper},workdir={work}", target])
+
+
+@contextmanager
+def overlay_build(lower: Path, upper: Path, scratch: Path) -> Iterator[Path]:
+    """A throwaway merged view that writes into `upper` (a shared layer being built): the mount
+    point is `scratch`-build, its workdir `scratch`-work; both are gone afterwards."""
+    build, work = Path(f"{scratch}-build"), Path(f"{scratch}-work")
+    build.mkdir(exist_ok=True)
+    work.mkdir(exist_ok=True)
+    mount_overlay(lower, upper, work, build)
+    try:
+        yield build
+    finally:
+        run(["umount", build], check=False)
+        shutil.rmtree(work, ignore_errors=True)
+        build.rmdir()

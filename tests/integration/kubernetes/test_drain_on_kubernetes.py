@@ -12,7 +12,6 @@ every pool node schedulable and without fleet's marks, and removes the pods and 
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ import yaml
 from fleet.lab import hosts as H
 from fleet.lab import kube, lab
 from fleet.lab.kube_api import KubeApi, KubeApiError
+from tests.integration.fleet_cli import fleet
 
 pytestmark = pytest.mark.lab
 
@@ -46,16 +46,6 @@ def write_matrix(path: Path, **drain: Any) -> Path:
     doc["pools"]["h100"]["rollout"]["gates"]["benchmark"] = False
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
-
-
-def fleet(env: dict[str, str], *args: str, timeout: float = 300) -> tuple[int, dict[str, Any]]:
-    r = subprocess.run([sys.executable, "-m", "fleet", *args, "--json"], env=env, cwd=ROOT,
-                       capture_output=True, text=True, timeout=timeout)
-    assert "Traceback" not in r.stderr, r.stderr
-    try:
-        return r.returncode, json.loads(r.stdout)
-    except json.JSONDecodeError:
-        raise AssertionError(f"exit {r.returncode}, no JSON: {r.stdout}\n{r.stderr}") from None
 
 
 def kubectl(env: dict[str, str], *args: str, stdin: str | None = None) -> str:

@@ -18,8 +18,6 @@ import json
 import os
 import socket
 import sqlite3
-import subprocess
-import sys
 import time
 import urllib.parse
 import urllib.request
@@ -32,6 +30,7 @@ import yaml
 
 from fleet.history.rollouts import subject_of
 from fleet.lab import lab
+from tests.integration.fleet_cli import fleet
 
 pytestmark = pytest.mark.lab
 
@@ -76,16 +75,6 @@ def env(lab_paths, lab_state, hosts, tmp_path_factory) -> Iterator[dict[str, str
            "FLEET_INVENTORY": str(ROOT / "inventories" / "lab.py"), "COLUMNS": "200"}
     for name in POOL_HOSTS:
         lab.reset(lab_paths, name)
-
-
-def fleet(env: dict[str, str], *args: str, timeout: float = 300) -> tuple[int, dict]:
-    r = subprocess.run([sys.executable, "-m", "fleet", *args, "--json"], env=env, cwd=ROOT,
-                       capture_output=True, text=True, timeout=timeout)
-    assert "Traceback" not in r.stderr, r.stderr
-    try:
-        return r.returncode, json.loads(r.stdout)
-    except json.JSONDecodeError:
-        raise AssertionError(f"exit {r.returncode}, no JSON: {r.stdout}\n{r.stderr}") from None
 
 
 def pin(env: dict[str, str], release: str) -> None:

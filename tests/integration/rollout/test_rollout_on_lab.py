@@ -11,7 +11,6 @@ tests/integration/prometheus/test_live_gate_on_lab.py).
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
@@ -26,6 +25,7 @@ import pytest
 import yaml
 
 from fleet.lab import lab
+from tests.integration.fleet_cli import fleet
 
 pytestmark = pytest.mark.lab
 
@@ -46,16 +46,6 @@ def env(lab_paths, lab_state, hosts, tmp_path_factory) -> Iterator[dict[str, str
     yield {**os.environ, "FLEET_LAB_DIR": str(lab_paths.run), "FLEET_DB": str(tmp / "fleet.db"),
            "FLEET_MATRIX": str(tmp / "lab.yaml"),
            "FLEET_INVENTORY": str(ROOT / "inventories" / "lab.py"), "COLUMNS": "200"}
-
-
-def fleet(env: dict[str, str], *args: str, timeout: float = 300) -> tuple[int, dict]:
-    r = subprocess.run([sys.executable, "-m", "fleet", *args, "--json"], env=env, cwd=ROOT,
-                       capture_output=True, text=True, timeout=timeout)
-    assert "Traceback" not in r.stderr, r.stderr
-    try:
-        return r.returncode, json.loads(r.stdout)
-    except json.JSONDecodeError:
-        raise AssertionError(f"exit {r.returncode}, no JSON: {r.stdout}\n{r.stderr}") from None
 
 
 def pin(env: dict[str, str], release: str) -> None:

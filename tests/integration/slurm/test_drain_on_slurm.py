@@ -27,6 +27,7 @@ import yaml
 
 from fleet.lab import hosts as H
 from fleet.lab import lab
+from tests.integration.fleet_cli import fleet
 
 pytestmark = pytest.mark.lab
 
@@ -84,16 +85,6 @@ def sh(env: dict[str, str], *argv: str, check: bool = True) -> str:
     if check:
         assert r.returncode == 0, f"{argv}: {r.stderr}{r.stdout}"
     return r.stdout
-
-
-def fleet(env: dict[str, str], *args: str, timeout: float = 300) -> tuple[int, dict]:
-    r = subprocess.run([sys.executable, "-m", "fleet", *args, "--json"], env=env, cwd=ROOT,
-                       capture_output=True, text=True, timeout=timeout)
-    assert "Traceback" not in r.stderr, r.stderr
-    try:
-        return r.returncode, json.loads(r.stdout)
-    except json.JSONDecodeError:
-        raise AssertionError(f"exit {r.returncode}, no JSON: {r.stdout}\n{r.stderr}") from None
 
 
 def sbatch(env: dict[str, str], node: str, seconds: int) -> str:
