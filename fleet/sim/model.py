@@ -243,4 +243,8 @@ class SimSpec(_Spec):
                                   line=mark.line + 1 if mark else None) from exc
         if not isinstance(data, dict):
             raise BadInput.single("expected a mapping at the top", file=str(p))
-        return cls.parse(data, file=str(p))
+        spec = cls.parse(data, file=str(p))
+        if not spec.pools and spec.hosts is None:
+            raise BadInput.single("the simulation spec names neither pools nor hosts",
+                                  file=str(p), field="hosts")
+        return spec

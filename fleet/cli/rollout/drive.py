@@ -59,7 +59,9 @@ def drive(ctx: typer.Context, matrix_path: str, source: dict[str, Any], json_out
     """Run one engine operation with the live display, then report and exit by outcome.
 
     A rollout that completed while its plan skipped unreachable hosts did not do all it was
-    asked: exit 3 naming them (they still run what they ran, whatever that is)."""
+    asked: exit 3 naming them (they still run what they ran, whatever that is). So is one with
+    nothing to move unless every host runs its target already (hosts drained by someone else,
+    quarantined, or none in scope: exit 3 with the reason)."""
     import time as _time
 
     from rich.live import Live
@@ -68,6 +70,7 @@ def drive(ctx: typer.Context, matrix_path: str, source: dict[str, Any], json_out
     from fleet.domain.matrix.loader import load_matrix
     from fleet.history import open_history
     from fleet.jobs.rollout import RolloutEngine, RolloutOptions
+    from fleet.jobs.rollout.startplan import all_on_target
 
     m = matrix or load_matrix(Path(matrix_path), today=datetime.now(UTC).date()).matrix
     made: list[Any] = []
@@ -119,6 +122,9 @@ def drive(ctx: typer.Context, matrix_path: str, source: dict[str, Any], json_out
         raise CouldNotComplete(f"rollout {result.rollout_id} is {result.status}: "
                                f"`fleet rollout promote|keep-waiting|abort|resume "
                                f"{result.rollout_id}`")
+    if result.status == "nothing" and (result.plan is None or not all_on_target(result.plan)):
+        # no host moved, and not because all are done: skipped hosts are not "all fine"
+        raise CouldNotComplete(f"no rollout: {result.reason}")
     if left:
         from fleet.domain.selection import known
 

@@ -149,6 +149,9 @@ def plan_cmd(
             fleet = SimFleet.build(m, sim, seed)
             meta.update(source="sim", sim=sim, seed=seed)
         refs = fleet.hosts()
+        if not refs:  # an empty plan is not "all fine" (docs/exit-codes.md)
+            raise BadInput.single("the simulated fleet has no host: give `hosts: N` or "
+                                  "`pools: {POOL: {hosts: N}}`", file=str(sim_spec or "--sim"))
         check_pools(named, refs, m)
         releases = fleet.releases_by_host()
         sched = fleet.scheduler()

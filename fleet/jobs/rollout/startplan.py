@@ -60,6 +60,14 @@ def plan_start(matrix: Matrix, refs: Sequence[HostRef], scheduler: Scheduler,
     return plan
 
 
+def all_on_target(plan: RolloutPlan) -> bool:
+    """Nothing to move because every host in scope runs its target already: the one "nothing"
+    that is a success. Hosts skipped for any other reason (drained by someone else,
+    quarantined, unreachable) or no host at all are a rollout that could not do its job."""
+    skipped = [why for p in plan.pools for why in p.skipped.values()]
+    return bool(skipped) and all(why.startswith("already on ") for why in skipped)
+
+
 def nothing_reason(plan: RolloutPlan) -> str:
     """Why a rollout has nothing to move: how many hosts are on their target, and why the
     others were skipped."""

@@ -170,3 +170,26 @@ def test_plan_and_status_say_which_waves_max_unavailable_capped(
     assert f"note: h100: {one}" in r.stdout + r.stderr
     r = fleet_cli("--db", db, "rollout", "status", "1", "--json")
     assert json.loads(r.stdout)["plan_notes"] == {"h100": [one]}
+
+
+def test_an_empty_simulated_fleet_is_bad_input(fleet_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    spec = tmp_path / "spec.yaml"
+    for text, why in (("hosts: 0\n", "the simulated fleet has no host"),
+                      ("pools: {l40s: {hosts: 0}}\n", "the simulated fleet has no host"),
+                      ("pools: {}\n", "hosts: the simulation spec names neither pools nor hosts")):
+        spec.write_text(text)
+        r = fleet_cli("rollout", "plan", "-m", MATRIX, "--sim-spec", str(spec))
+        assert r.returncode == 2 and f"{spec}: {why}" in r.stderr, (text, r.stderr)
+
+
+def test_a_start_whose_hosts_are_all_drained_by_others_is_not_a_success(
+        fleet_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Nothing moved because every host was skipped (drained by someone else): exit 3 with the
+    reason, not the exit 0 of a pool that is done."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("pools:\n  l40s: {hosts: 2}\n"
+                    "drained:\n  l40s-00001: 'ops: fan'\n  l40s-00002: 'ops: psu'\n")
+    r = fleet_cli("rollout", "start", "-m", MATRIX, "--sim-spec", str(spec), "--pool", "l40s",
+                  cwd=tmp_path)
+    assert r.returncode == 3, (r.stdout, r.stderr)
+    assert "nothing to move: 2 drained by someone else" in r.stdout + r.stderr
