@@ -22,6 +22,9 @@ class FactsModel(BaseModel):
     def _lift_errors(cls, data: Any) -> Any:
         if not isinstance(data, dict):
             return data
+        if isinstance(data.get("unreadable", {}), dict) and not any(
+                isinstance(v, dict) and "error" in v for v in data.values()):
+            return data  # nothing to lift (most models of a probe): no copy
         data = dict(data)
         reasons: dict[str, str] = dict(data.get("unreadable") or {})
         for key, value in list(data.items()):
