@@ -7,7 +7,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-
 _PLAIN = frozenset({str, int, float, bool, type(None), list})
 """Value types that are never an error mapping (a dict subclass is not among them)."""
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 import weakref
 from dataclasses import dataclass
+from functools import partial
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, model_validator
@@ -54,6 +55,10 @@ COMPONENTS: tuple[Component, ...] = (
 _PACKAGES: dict[int, tuple[weakref.ref[Release], dict[str, tuple[PackageSpec, ...]]]] = {}
 """`Release.packages` answers by id of the release, with a reference that checks the id still
 names that object (and drops the entry when it goes)."""
+
+
+def _forget(key: int, _gone: object) -> None:
+    _PACKAGES.pop(key, None)
 
 
 def _pattern(regex: re.Pattern[str], what: str, example: str) -> AfterValidator:
@@ -183,8 +188,7 @@ class Release(_Model):
         key = id(self)
         entry = _PACKAGES.get(key)
         if entry is None or entry[0]() is not self:
-            entry = _PACKAGES[key] = (
-                weakref.ref(self, lambda _gone, key=key: _PACKAGES.pop(key, None)), {})
+            entry = _PACKAGES[key] = (weakref.ref(self, partial(_forget, key)), {})
         specs = entry[1].get(os_family)
         if specs is None:
             specs = entry[1][os_family] = tuple(self._packages(os_family))
