@@ -7,6 +7,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+_PLAIN = frozenset({str, int, float, bool, type(None), list})
+"""Value types that are never an error mapping (a dict subclass is not among them)."""
+
 
 def is_error(value: Any) -> bool:
     return isinstance(value, dict) and "error" in value and set(value) <= {"error", "detail"}
@@ -22,6 +25,10 @@ class FactsModel(BaseModel):
     def _lift_errors(cls, data: Any) -> Any:
         if not isinstance(data, dict):
             return data
+        if isinstance(data.get("unreadable", {}), dict) and (
+                _PLAIN.issuperset(map(type, data.values()))
+                or not any(isinstance(v, dict) and "error" in v for v in data.values())):
+            return data  # nothing to lift (most models of a probe): no copy
         data = dict(data)
         reasons: dict[str, str] = dict(data.get("unreadable") or {})
         for key, value in list(data.items()):

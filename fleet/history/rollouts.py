@@ -454,14 +454,12 @@ def record_benchmarks(
     with history.write() as s:
         ids = _host_ids(s, [r[0] for r in runs], {}, started)
         conn = s.connection()
-        out: list[int] = []
+        out = _insert_ids(conn, run_t, [
+            {"host_id": ids[host], "rollout_id": rollout_id, "release": release, "kind": kind,
+             "name": name, "status": status, "started_at": started, "ended_at": ended}
+            for host, release, _values, status in runs])
         samples: list[dict[str, Any]] = []
-        for host, release, values, status in runs:
-            rid = conn.execute(insert(run_t).values(  # type: ignore[index]
-                host_id=ids[host], rollout_id=rollout_id, release=release, kind=kind,
-                name=name, status=status, started_at=started, ended_at=ended,
-            )).inserted_primary_key[0]
-            out.append(rid)
+        for rid, (_host, _release, values, _status) in zip(out, runs, strict=True):
             samples += [{"run_id": rid, "metric": str(m), "value": float(v), "unit": "",
                          "gpu_index": None}
                         for m, vs in (values or {}).items() for v in vs]
@@ -488,15 +486,15 @@ def add_snapshots(history: History, snaps: Sequence[Mapping[str, Any]]) -> None:
         gpus: list[dict[str, Any]] = []
         findings: list[dict[str, Any]] = []
         seen: dict[int, dt.datetime] = {}
-        for d in snaps:
-            taken = require_aware(d["taken_at"], "taken_at")
+        taken_at = [require_aware(d["taken_at"], "taken_at") for d in snaps]
+        sids = _insert_ids(conn, snap_t, [
+            {"host_id": ids[d["host"]], "taken_at": taken, "source": d.get("source") or "none",
+             "reachable": bool(d.get("reachable", True)), "driver_nvml": d.get("driver_nvml"),
+             "driver_kmod": d.get("driver_kmod"), "driver_package": d.get("driver_package"),
+             "release": d.get("release"), "facts": dict(d.get("facts") or {})}
+            for d, taken in zip(snaps, taken_at, strict=True)])
+        for d, taken, sid in zip(snaps, taken_at, sids, strict=True):
             hid = ids[d["host"]]
-            sid = conn.execute(insert(snap_t).values(  # type: ignore[index]
-                host_id=hid, taken_at=taken, source=d.get("source") or "none",
-                reachable=bool(d.get("reachable", True)), driver_nvml=d.get("driver_nvml"),
-                driver_kmod=d.get("driver_kmod"), driver_package=d.get("driver_package"),
-                release=d.get("release"), facts=dict(d.get("facts") or {}),
-            )).inserted_primary_key[0]
             gpus += [{**_GPU_DEFAULTS, **g, "snapshot_id": sid, "host_id": hid,
                       "taken_at": taken} for g in d.get("gpus") or ()]
             findings += [{**_FINDING_DEFAULTS, **f, "snapshot_id": sid}
@@ -513,6 +511,16 @@ def add_snapshots(history: History, snaps: Sequence[Mapping[str, Any]]) -> None:
                          .where(host_t.c.last_seen < bindparam("_seen"))
                          .values(last_seen=bindparam("_seen")),
                          [{"_id": k, "_seen": v} for k, v in seen.items()])
+
+
+def _insert_ids(conn: Any, table: Any, rows: list[dict[str, Any]]) -> list[int]:
+    """Insert `rows` with one executemany and return their ids in the order of `rows`
+    (RETURNING in parameter order: SQLite 3.35+, PostgreSQL): a statement built and compiled
+    per row cost more than the rows themselves on a wave of thousands of hosts."""
+    if not rows:
+        return []
+    stmt = insert(table).returning(table.c.id, sort_by_parameter_order=True)
+    return [int(r[0]) for r in conn.execute(stmt, rows)]
 
 
 def _defaults(model: Any) -> dict[str, Any]:

@@ -122,7 +122,7 @@ def _tensorrt(out: _Out, data: FrameworkData, rel: Release, fw: Frameworks,
     field = f"{prefix}.companions.tensorrt"
     trt_mm = major_minor(trt)
     cuda_major = cuda_major_minor(rel.cuda)[0]
-    row = data.tensorrt_row(trt_mm)
+    row = data.tensorrt_row(trt)  # a patch row ("10.13.0") wins over its major.minor row
     if row is None:
         _unknown(out, fw, field, "tensorrt", trt, "TensorRT's support matrix",
                  _known([r.version for r in data.tensorrt]))
@@ -130,11 +130,12 @@ def _tensorrt(out: _Out, data: FrameworkData, rel: Release, fw: Frameworks,
         doubtful = "cuda" in row.unverified
         if cuda_major not in row.cuda:
             majors = ", ".join(f"{m}.x" for m in sorted(row.cuda, reverse=True))
-            out.error(field, f"TensorRT {trt_mm} ships builds for CUDA {majors}; the release's "
-                             f"CUDA {rel.cuda} is CUDA {cuda_major}.x ({data.cite(row.source)})",
+            out.error(field, f"TensorRT {row.version} ships builds for CUDA {majors}; the "
+                             f"release's CUDA {rel.cuda} is CUDA {cuda_major}.x "
+                             f"({data.cite(row.source)})",
                       unverified=doubtful)
         elif doubtful:
-            out.warning(field, f"that TensorRT {trt_mm} has a CUDA {cuda_major}.x build is "
+            out.warning(field, f"that TensorRT {row.version} has a CUDA {cuda_major}.x build is "
                                f"unverified: {row.note} ({data.cite(row.source)})")
     if fw.onnxruntime is None or not data.ort_builds(fw.onnxruntime):
         return  # no ONNX Runtime, or an unknown one (reported on its own field)

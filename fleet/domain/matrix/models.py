@@ -12,7 +12,9 @@ Cross-field rules (references between sections, NVIDIA compatibility tables, lif
 from __future__ import annotations
 
 import re
+import weakref
 from dataclasses import dataclass
+from functools import partial
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, model_validator
@@ -48,6 +50,15 @@ COMPONENTS: tuple[Component, ...] = (
 )
 """Install order: the driver first, the user-space stack after it."""
 
+
+
+_PACKAGES: dict[int, tuple[weakref.ref[Release], dict[str, tuple[PackageSpec, ...]]]] = {}
+"""`Release.packages` answers by id of the release, with a reference that checks the id still
+names that object (and drops the entry when it goes)."""
+
+
+def _forget(key: int, _gone: object) -> None:
+    _PACKAGES.pop(key, None)
 
 
 def _pattern(regex: re.Pattern[str], what: str, example: str) -> AfterValidator:
@@ -170,7 +181,20 @@ class Release(_Model):
         `cuda-toolkit-13-0`, `datacenter-gpu-manager` for DCGM 3 and
         `datacenter-gpu-manager-4-core` + `-4-cuda13` for DCGM 4). Versions are upstream
         versions; epochs and revisions: `fleet.domain.matrix.packages`.
+
+        Worked out once per release object and family (the model is frozen; a copy is a new
+        object): a rollout asks for every host at every step.
         """
+        key = id(self)
+        entry = _PACKAGES.get(key)
+        if entry is None or entry[0]() is not self:
+            entry = _PACKAGES[key] = (weakref.ref(self, partial(_forget, key)), {})
+        specs = entry[1].get(os_family)
+        if specs is None:
+            specs = entry[1][os_family] = tuple(self._packages(os_family))
+        return list(specs)
+
+    def _packages(self, os_family: OsFamily) -> list[PackageSpec]:
         specs: list[PackageSpec] = []
         for component, version in self.versions().items():
             given = (self.package_names.get(component) or {}).get(os_family)

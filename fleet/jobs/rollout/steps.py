@@ -429,10 +429,11 @@ class WaveSteps(EngineCore):
                     label=f"wave{w.index}:undrain:begin")
         # one undrain call per host: one lock read and one quarantine read per batch window
         quarantined = FreshRead(lambda: quarantined_hosts(self.history), clock=self._guard.clock)
+        undraining = {id(r) for r in todo}  # not `r in todo`: a field-by-field scan per host
         with self._guard.batch():
             for r in todo + release:
                 err = self._undrain_one(r, quarantined)
-                if r in todo:
+                if id(r) in undraining:
                     self._set([r], "done", ended=True, **({"undrain_error": err} if err else {}))
                 else:
                     r.detail = {**{k: v for k, v in r.detail.items() if k != "releasing"},

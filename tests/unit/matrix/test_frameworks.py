@@ -149,7 +149,15 @@ def test_tensorrt_without_a_build_for_the_cuda_major_is_an_error() -> None:
     data = stack("580.95.05", "13.0.2", tensorrt="10.9.0.34", torch="2.9.1+cu130")
     [err] = errors(data)
     assert err.field == "releases[0].companions.tensorrt"
-    assert "TensorRT 10.9 ships builds for CUDA 12.x; the release's CUDA 13.0.2" in err.message
+    assert ("TensorRT 10.9 ships builds for CUDA 12.x, 11.x; the release's CUDA 13.0.2"
+            in err.message)
+
+
+def test_tensorrt_10_13_0_has_no_cuda_13_build_and_10_13_2_has() -> None:
+    """NVIDIA's PyPI packages: tensorrt-cu13 starts at 10.13.2; 10.13.0 was the last cu11."""
+    [err] = errors(stack("580.95.05", "13.0.2", tensorrt="10.13.0.35", torch="2.9.1+cu130"))
+    assert "TensorRT 10.13.0 ships builds for CUDA 12.x, 11.x" in err.message
+    assert not errors(stack("580.95.05", "13.0.2", tensorrt="10.13.3.9", torch="2.9.1+cu130"))
 
 
 def test_torch_build_pytorch_does_not_publish_is_an_error() -> None:
@@ -193,14 +201,22 @@ def test_unknown_versions_fail_closed_unless_marked_unverified(
 
 
 def test_an_unverified_fact_warns_and_never_fails() -> None:
-    # ORT 1.22's cuDNN major is not on a stored page: a mismatch warns, a match warns too
-    data = stack("570.133.20", "12.8.1", cudnn="8.9.7.29", onnxruntime="1.22.0")
+    # ORT 1.20's cuDNN major is only in a secondary copy: a mismatch warns, a match warns too
+    data = stack("570.133.20", "12.8.1", cudnn="8.9.7.29", onnxruntime="1.20.1")
     assert errors(data) == []
     assert any("needs cuDNN 9.x" in w.message and "unverified fact" in w.message
                for w in warnings(data))
-    data = stack("570.133.20", "12.8.1", cudnn="9.8.0.87", onnxruntime="1.22.0")
+    data = stack("570.133.20", "12.8.1", cudnn="9.8.0.87", onnxruntime="1.20.1")
     assert errors(data) == []
     assert any("is unverified" in w.message for w in warnings(data))
+
+
+def test_cudnn_major_from_the_wheel_metadata_is_a_verified_fact() -> None:
+    # 1.21 to 1.24 name nvidia-cudnn-cu12~=9.0 in their PyPI wheels: cuDNN 8 is an error
+    [err] = errors(stack("570.133.20", "12.8.1", cudnn="8.9.7.29", onnxruntime="1.22.0"))
+    assert "needs cuDNN 9.x" in err.message and "PyPI onnxruntime-gpu" in err.message
+    data = stack("570.133.20", "12.8.1", cudnn="9.8.0.87", onnxruntime="1.23.2")
+    assert errors(data) == [] and not any("unverified" in w.message for w in warnings(data))
 
 
 def test_unknown_framework_name_in_unverified_is_rejected() -> None:

@@ -59,6 +59,19 @@ def test_rhel_default_packages_and_module_stream() -> None:
     assert _release(flavor="proprietary").packages("debian")[0].name == "nvidia-driver-550"
 
 
+def test_packages_worked_out_once_per_release_object() -> None:
+    rel = _release()
+    first, again = rel.packages("debian"), rel.packages("debian")
+    assert first == again and first is not again  # a fresh list: callers may change theirs
+    first.clear()
+    assert rel.packages("debian") == again
+    # a copy is another object: its own answer, never the original's
+    copy = rel.model_copy(update={"cuda": "12.8.0"})
+    assert [p.name for p in copy.packages("debian")][1] == "cuda-toolkit-12-8"
+    assert [p.name for p in rel.packages("debian")][1] == "cuda-toolkit-12-4"
+    assert rel.packages("rhel")[0].name == "nvidia-driver"
+
+
 def test_explicit_driver_packages() -> None:
     rel = Release(
         name="r550",
