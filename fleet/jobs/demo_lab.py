@@ -338,7 +338,7 @@ def _golden_everywhere(target: LabTarget, matrix: Matrix, reused: bool,
                                    + "; ".join(bad))
         # a benchmark baseline on golden (`fleet bench run`): a one-host canary pool keeps no
         # host on the old release to compare with during its wave, so the gate uses history
-        from fleet.history.rollouts import record_benchmarks
+        from fleet.history.bulk import record_benchmarks
 
         say("benchmark baseline on the golden release")
         pool_of = {r.name: r.pool or "" for r in target.backend.hosts()}

@@ -143,7 +143,7 @@ def pool_benchmarks(
     matrix: Matrix | None, sizing: Sizing, dcgm_level: int, say: Callable[[str], None],
 ) -> list[PoolBenchmark]:
     """Benchmark and judge every pool (see the module docstring)."""
-    from fleet.history.rollouts import record_benchmarks
+    from fleet.history.bulk import record_benchmarks
 
     by_pool: dict[str, list[HostDrift]] = {}
     for d in drift:

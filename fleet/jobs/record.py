@@ -31,7 +31,7 @@ def record_snapshot(history: History, host: str, facts: HostFacts, findings: Seq
 def snapshot_row(host: str, facts: HostFacts, findings: Sequence[Finding], *,
                  taken_at: datetime, release: str | None = None,
                  reachable: bool = True) -> dict[str, Any]:
-    """One probe as the input of `fleet.history.rollouts.add_snapshots` (bulk writes)."""
+    """One probe as the input of `fleet.history.bulk.add_snapshots` (bulk writes)."""
     return {"host": host, "taken_at": taken_at, "reachable": reachable, "release": release,
             **snapshot_columns(facts, findings)}
 

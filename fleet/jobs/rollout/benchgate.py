@@ -24,11 +24,8 @@ from fleet.domain.judge import choose_baseline, judge
 from fleet.domain.judge.utilization import GPU_UTIL
 from fleet.domain.matrix.models import RolloutSettings
 from fleet.domain.ports import IdleCheck
-from fleet.history.rollouts import (
-    StepRow,
-    WaveRow,
-    record_benchmarks,
-)
+from fleet.history.bulk import record_benchmarks
+from fleet.history.rollouts import StepRow, WaveRow
 from fleet.history.store import benchmark_samples
 from fleet.jobs.rollout.core import EngineCore
 from fleet.jobs.rollout.model import _UNLOCK, _most_common, _Stop

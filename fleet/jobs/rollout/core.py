@@ -19,12 +19,12 @@ from fleet.domain.matrix.models import Matrix, Release, RolloutSettings
 from fleet.domain.ports import Backend, HostRef, HostResult, NodeReboot, Scheduler
 from fleet.errors import BadInput, CouldNotComplete
 from fleet.history import History, os_actor
+from fleet.history.bulk import add_snapshots
 from fleet.history.controllers import check_lock
 from fleet.history.rollouts import (
     EventRow,
     StepRow,
     WaveRow,
-    add_snapshots,
     get_rollout,
     load_steps,
     load_waves,
