@@ -42,6 +42,35 @@ def serve(answers: Mapping[str, str] | Callable[[str, str], str | None],
     return httpx.MockTransport(handler)
 
 
+def captured(name: str) -> dict[str, Any]:
+    """A capture of tests/data/prometheus/lab (`labcapture`): `meta` and `exchanges`."""
+    data: dict[str, Any] = json.loads((DATA / "lab" / f"{name}.json").read_text())
+    return data
+
+
+def replay(exchanges: list[dict[str, Any]], seen: list[str] | None = None
+           ) -> httpx.MockTransport:
+    """A transport answering each request whose path and form (but the timeout) match a
+    captured exchange with its answer; any other is a 400 naming it, so a query fleet no
+    longer sends the way it was captured measures nothing. `seen` collects the queries."""
+    def key(path: str, form: Mapping[str, str]) -> tuple[str, ...]:
+        return (path, *(f"{k}={v}" for k, v in sorted(form.items()) if k != "timeout"))
+
+    answers = {key(e["path"], e["form"]): e for e in exchanges}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        form = {k: v[0] for k, v in urllib.parse.parse_qs(request.content.decode()).items()}
+        if seen is not None:
+            seen.append(form.get("query", ""))
+        e = answers.get(key(request.url.path, form))
+        if e is None:
+            return httpx.Response(400, json={"status": "error", "errorType": "bad_data",
+                                             "error": f"not captured: {form!r:.300}"})
+        return httpx.Response(e["http_status"], json=e["body"])
+
+    return httpx.MockTransport(handler)
+
+
 def source(transport: httpx.BaseTransport, *, url: str = "http://prom.test:9090",
            **target: Any) -> PrometheusSource:
     return PrometheusSource(Target(url, "--prometheus", **target), transport=transport)
