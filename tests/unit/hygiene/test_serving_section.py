@@ -168,6 +168,12 @@ def test_no_prometheus_configured_says_so() -> None:
 
 @pytest.fixture
 def report() -> dict:
+    return weekly_report()
+
+
+def weekly_report() -> dict:
+    """A weekly report with a drifted host, a serving regression and flat trends (also drawn
+    in headless Chromium: tests/integration/hygiene/test_report_in_chromium.py)."""
     prom = WeeklyProm(lambda h, m, k: 300.0 * (1.5 if m == "llama" and k == 0 else 1.0))
     sv = serving_section(prom, _matrix(), HOSTS, _drift(SAME), now=NOW)
     drift = [{"host": "h100-02", "pool": "h100", "reachable": True, "conformant": False,
