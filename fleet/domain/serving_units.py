@@ -15,7 +15,7 @@ on a number nobody read). No I/O.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -33,6 +33,12 @@ class Units:
     def describe(self) -> str:
         what = "MIG instance" if self.kind == "mig" else "GPU"
         return f"{self.count} {what}{'s' if self.count != 1 else ''} ({self.source})"
+
+
+def facts_gpus(gpus: Sequence[Any]) -> dict[str, Any]:
+    """What `serving_units` reads of a probe's `HostFacts.gpus` (no full dump of the facts)."""
+    return {"gpus": [{"index": g.index, "mig_mode_current": g.mig_mode_current,
+                      "mig_devices": g.mig_devices} for g in gpus]}
 
 
 def serving_units(gpu_count: int | None, facts: Mapping[str, Any] | None) -> Units | str:
