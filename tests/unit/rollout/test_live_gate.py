@@ -4,6 +4,7 @@ passes, and an unreachable or missing Prometheus, or too little traffic, pauses 
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import pytest
 from fleet.domain.matrix.live_settings import LiveGateSettings
 from fleet.domain.matrix.models import Matrix
 from fleet.domain.ports import HostRef
+from tests.conftest import run_fleet
 from tests.unit.prometheus.fixtures import FakePrometheus
 from tests.unit.rollout.helpers import Rig, Wrap
 
@@ -136,6 +138,12 @@ def test_less_throughput_per_gpu_pauses_naming_the_metric(matrix: Matrix,
         0.6 * by_metric["throughput_per_gpu"]["baseline"], rel=0.05)
     assert any(q.startswith("sum by (host) (rate(vllm:e2e_request_latency_seconds_count{")
                for q in prom.queries)
+    # `fleet rollout status` says why, naming the model and the metric
+    r = run_fleet("--db", str(tmp_path / "history.db"), "rollout", "status",
+                  str(res.rollout_id), "--json")
+    doc = json.loads(r.stdout)
+    assert doc["status"] == "paused" and "model llama" in doc["reason"], r.stdout[-2000:]
+    assert "throughput_per_gpu: fail" in doc["reason"]
 
 
 class _NoGpuCount(Wrap):
