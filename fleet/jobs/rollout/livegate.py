@@ -83,20 +83,23 @@ def measure_side(src: MetricsSource, fam: Family, live: LiveGateSettings, model:
     measured is named in `missing`. `units` gives each host's GPUs (or MIG instances), or
     why they are unknown."""
     label, step = live.host_label, float(live.step_seconds)
+    # the first value is one step in: a value at `start` is a rate (or summary) over the step
+    # before it, which for the canaries is their reboot (a third fewer requests on the lab)
+    first = start + timedelta(seconds=step) if end - start > timedelta(seconds=step) else start
     missing: list[str] = []
     latency: dict[float, list[float]] = {}
     for q in live.quantiles:
         res = src.range(quantile_query(fam, "latency", q, model=model, hosts=hosts,
-                                       host_label=label, rate_window_s=step), start, end, step)
+                                       host_label=label, rate_window_s=step), first, end, step)
         values = _flat(res, label, hosts)
         if not values:
             missing.append(f"latency p{q * 100:g}: {res.why_not() or 'no series of these hosts'}")
         latency[q] = [fam.to_ms("latency", v) for v in values]
     res = src.range(quantile_query(fam, "queue", QUEUE_Q, model=model, hosts=hosts,
-                                   host_label=label, rate_window_s=step), start, end, step)
+                                   host_label=label, rate_window_s=step), first, end, step)
     queue = [fam.to_ms("queue", v) for v in _flat(res, label, hosts)]
     res = src.range(rate_query(fam, model=model, hosts=hosts, host_label=label,
-                               rate_window_s=step), start, end, step)
+                               rate_window_s=step), first, end, step)
     throughput, kinds, unknown = per_unit(_by_host(res, label, hosts), units)
     if unknown:
         missing.append(f"throughput per GPU: {'; '.join(unknown)}")
