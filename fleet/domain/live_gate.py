@@ -10,6 +10,13 @@ Per model, over the same window:
     error_rate     failed requests out of all, from the servers' counters, judged as a rate
                    (Newcombe interval, absolute allowance); critical; where the family
                    exports no error counter (vLLM) the gate says so and judges without it
+    throughput_per_gpu
+                   requests per second per host and step divided by the host's GPUs (its MIG
+                   instances where it runs MIG: `fleet.domain.serving_units`), run-level values
+                   like the latency, higher is better; not critical (live throughput follows
+                   what the load balancer sends a host as much as what the host can do): a drop
+                   pauses. A host whose GPU count is unknown makes it could not measure, as do
+                   sides that count differently (MIG instances against whole GPUs)
 
 Before any latency is judged, each side must have served enough requests for its tail: the
 judge's own rule, n * (1 - q) >= TAIL_EVENTS (p95: 200 requests, p99: 1000). Less traffic is
@@ -52,6 +59,8 @@ class LiveSide:
     requests: float | None = None
     errors: float | None = None
     missing: tuple[str, ...] = ()
+    throughput: Sequence[float] = ()  # requests/s per GPU (or MIG instance), per host and step
+    unit_kinds: frozenset[str] = frozenset()  # "gpu", "mig": what the throughput is per
 
 
 @dataclass(frozen=True)
@@ -82,6 +91,10 @@ def _too_little(name: str, q: float, nc: float, nb: float) -> MetricVerdict:
                                 f"requests, {_pct(q)} needs >= {need} per side")
 
 
+def _units(kinds: frozenset[str]) -> str:
+    return " and ".join({"gpu": "whole GPUs", "mig": "MIG instances"}[k] for k in sorted(kinds))
+
+
 def judge_model(model: str, canary: LiveSide, baseline: LiveSide, settings: LiveGateSettings,
                 *, errors_exported: bool, config: JudgeConfig | None = None) -> ModelVerdict:
     """One model's live verdict (see the module docstring)."""
@@ -90,6 +103,13 @@ def judge_model(model: str, canary: LiveSide, baseline: LiveSide, settings: Live
               [f"baseline: {m}" for m in baseline.missing]
     if canary.requests is None or baseline.requests is None:
         missing.append("request counts not measured")
+    for side, s in (("canary", canary), ("baseline", baseline)):
+        if not s.missing and not any(math.isfinite(v) for v in s.throughput):
+            missing.append(f"{side}: throughput per GPU not measured")
+    if canary.unit_kinds and baseline.unit_kinds and canary.unit_kinds != baseline.unit_kinds:
+        missing.append(f"throughput per GPU: the canary hosts count "
+                       f"{_units(canary.unit_kinds)}, the baseline hosts "
+                       f"{_units(baseline.unit_kinds)}")
     if missing:
         return ModelVerdict(model, "error",
                             f"model {model}: could not measure: {'; '.join(missing)}")
@@ -106,8 +126,11 @@ def judge_model(model: str, canary: LiveSide, baseline: LiveSide, settings: Live
                                 cfg)
     queue = MetricSpec("queue_ms:p95", "lower", settings.queue_allowance, critical=False,
                        kind="run")
+    throughput = MetricSpec("throughput_per_gpu", "higher", settings.throughput_allowance,
+                            critical=False, kind="run")
     if min(nc, nb) >= tail_need(0.95):
         metrics += judge_metric(queue, canary.queue, baseline.queue, cfg)
+        metrics += judge_metric(throughput, canary.throughput, baseline.throughput, cfg)
     if errors_exported:
         if canary.errors is None or baseline.errors is None:
             return ModelVerdict(model, "error", f"model {model}: could not measure: error "

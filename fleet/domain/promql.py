@@ -147,13 +147,31 @@ def count_query(fam: Family, counter: Counter, *, model: str | None, hosts: Iter
     """How many requests (or failed ones) each host served in the window, or None where the
     family exports no such counter."""
     names = fam.requests if counter == "requests" else ((fam.errors,) if fam.errors else ())
+    return _per_host_sum(fam, names, "increase", model=model, hosts=hosts,
+                         host_label=host_label, window_s=window_s)
+
+
+def rate_query(fam: Family, *, model: str | None, hosts: Iterable[str], host_label: str,
+               rate_window_s: float) -> str:
+    """Requests per second each host served (every request, as `count_query` counts them),
+    over `rate_window_s` at each step of a range query: the throughput before it is divided by
+    the host's GPUs."""
+    query = _per_host_sum(fam, fam.requests, "rate", model=model, hosts=hosts,
+                          host_label=host_label, window_s=rate_window_s)
+    assert query is not None  # every family names its request counters
+    return query
+
+
+def _per_host_sum(fam: Family, names: tuple[str, ...], fn: Literal["increase", "rate"], *,
+                  model: str | None, hosts: Iterable[str], host_label: str,
+                  window_s: float) -> str | None:
     if not names:
         return None
     label = check_label(host_label)
     hosts = list(hosts)
     sels = [selector(n, host_label=label, hosts=hosts, model_label=fam.model_label, model=model)
             for n in names]
-    sums = [f"sum by ({label}) (increase({sel}[{duration(window_s)}]))" for sel in sels]
+    sums = [f"sum by ({label}) ({fn}({sel}[{duration(window_s)}]))" for sel in sels]
     if len(sums) == 1:
         return sums[0]
     # one sum per counter, added; `or` keeps a host lacking one of them. Not one selector over

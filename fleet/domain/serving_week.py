@@ -10,7 +10,8 @@ Per pool and model, over the week that ends at the report's time:
 - the same for last week, and for each release the pool's hosts run this week;
 - the model load time (the gauge's maximum over the week), the response-cache hit rate, where
   the family exports them;
-- per host: its p99 and its requests per second per GPU, so density jitter shows;
+- per host: its p99 and its week's requests per GPU (per MIG instance where it runs MIG), so
+  density jitter shows;
 - the p99 of each of the last `WEEKS` weeks (the report's chart).
 
 A regression is a p99 more than `REGRESSION` above last week's, or one release's p99 more than

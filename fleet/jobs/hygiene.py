@@ -44,6 +44,7 @@ from fleet.domain.node_state import node_state_section
 from fleet.domain.ports import Backend, HostRef, Samples, Scheduler
 from fleet.domain.prom_result import MetricsSource
 from fleet.domain.quarantine import QuarantinePlan, propose
+from fleet.domain.serving_units import facts_gpus, serving_units
 from fleet.domain.trends import TrendReport, TrendSettings, analyze
 from fleet.errors import CouldNotComplete, ExitCode
 from fleet.history import (
@@ -323,8 +324,11 @@ def run_hygiene(
              "started_at": r.started_at.isoformat()}
             for r in list_rollouts(history, limit=200)
             if _utc(r.started_at) > now - dt.timedelta(weeks=1)]
+    by_name = {r.name: r for r in refs}
+    units = {n: serving_units(by_name[n].gpu_count, facts_gpus(h.facts.gpus))
+             for n, h in probed.items()}
     served = serving_section(serving, matrix, refs, drift, now=now, rollouts=week,
-                             where=serving_where)
+                             where=serving_where, units=units)
 
     report = HygieneReport(
         now=now, hosts=refs, drift=drift, trends=trends, quarantine=plan, applied=applied,

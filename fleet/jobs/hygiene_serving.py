@@ -20,6 +20,7 @@ from fleet.domain.matrix.models import Matrix
 from fleet.domain.ports import HostRef
 from fleet.domain.prom_result import MetricsSource, QueryResult
 from fleet.domain.promql import Family, Signal, count_query, family, models_query
+from fleet.domain.serving_units import Units, serving_units
 from fleet.domain.serving_week import (
     QUANTILES,
     WEEK_S,
@@ -81,7 +82,8 @@ def _quantiles(a: _Asker, fam: Family, signal: Signal, model: str | None, hosts:
 
 def _model(a: _Asker, pool: str, fam: Family, live: LiveGateSettings, model: str | None,
            hosts: Sequence[HostRef], releases: Mapping[str, list[str]], now: dt.datetime,
-           rollouts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+           rollouts: Sequence[Mapping[str, Any]], units: Mapping[str, Units | str]
+           ) -> dict[str, Any]:
     label = live.host_label
     names = [h.name for h in hosts]
     week = dt.timedelta(seconds=WEEK_S)
@@ -112,11 +114,16 @@ def _model(a: _Asker, pool: str, fam: Family, live: LiveGateSettings, model: str
     counts_q = count_query(fam, "requests", model=model, hosts=names, host_label=label,
                            window_s=WEEK_S)
     counts = a.per_host(counts_q, now, label) if counts_q else {}
-    density = [{"host": h.name, "gpus": h.gpu_count, "requests": round(counts[h.name]),
-                "requests_per_gpu": round(counts[h.name] / h.gpu_count, 1)
-                if h.gpu_count else None, "p99_ms": round(fam.to_ms("latency", p99s[h.name]), 3)
-                if h.name in p99s else None}
-               for h in hosts if h.name in counts]
+    density = []
+    for h in hosts:
+        if h.name not in counts:
+            continue
+        u = units.get(h.name) or serving_units(h.gpu_count, None)
+        per = None if isinstance(u, str) else round(counts[h.name] / u.count, 1)
+        density.append({
+            "host": h.name, "gpus": h.gpu_count, "requests": round(counts[h.name]),
+            "requests_per_gpu": per, "per": u if isinstance(u, str) else u.describe(),
+            "p99_ms": round(fam.to_ms("latency", p99s[h.name]), 3) if h.name in p99s else None})
     for side in ("this_week", "last_week"):
         lat[side] = {k: _ms(fam, "latency", v) for k, v in lat[side].items()}
         queue[side] = {k: _ms(fam, "queue", v) for k, v in queue[side].items()}
@@ -148,9 +155,13 @@ def _model(a: _Asker, pool: str, fam: Family, live: LiveGateSettings, model: str
 def serving_section(src: MetricsSource | None, matrix: Matrix, refs: Sequence[HostRef],
                     drift: Sequence[HostDrift], *, now: dt.datetime,
                     rollouts: Sequence[Mapping[str, Any]] = (),
-                    where: str | None = None) -> dict[str, Any]:
+                    where: str | None = None,
+                    units: Mapping[str, Units | str] | None = None) -> dict[str, Any]:
     """The `serving` key of the report. `rollouts`: {id, release, scope, started_at} of the
-    week's rollouts (the release changes a regression may coincide with)."""
+    week's rollouts (the release changes a regression may coincide with); `units`: each host's
+    GPUs or MIG instances from this run's facts (`fleet.domain.serving_units`; a host without
+    is counted by the inventory's `gpu_count`, or not at all)."""
+    units = units or {}
     if src is None:
         return {"status": "could_not_measure", "reason": UNSET, "prometheus": None,
                 "pools": [], "problems": [], "queries": 0}
@@ -178,7 +189,8 @@ def serving_section(src: MetricsSource | None, matrix: Matrix, refs: Sequence[Ho
             if release.get(h):
                 releases.setdefault(str(release[h]), []).append(h)
         mine = [r for r in rollouts if pool in str(r.get("scope", "")).split(",")]
-        docs = [_model(a, pool, fam, live, m, hosts, releases, now, mine) for m in models]
+        docs = [_model(a, pool, fam, live, m, hosts, releases, now, mine, units)
+                for m in models]
         failed = a.errors[before:]
         entry = {"pool": pool, "family": fam.name, "host_label": live.host_label,
                  "hosts": len(hosts), "models": docs,

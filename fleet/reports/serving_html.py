@@ -29,8 +29,11 @@ def rows(report: Mapping[str, Any]) -> list[tuple[str, ...]]:
             change = lat["change"]["p99"]
             releases = "; ".join(f"{rel}: p99 {_n(r['latency_ms']['p99'])}"
                                  for rel, r in m["by_release"].items()) or "-"
-            density = ", ".join(f"{d['host']} {_n(d['p99_ms'])} ms @ {d['requests_per_gpu']}"
-                                for d in m["density"]) or "-"
+            density = ", ".join(
+                f"{d['host']} {_n(d['p99_ms'])} ms @ " + (
+                    f"{d['requests_per_gpu']}" + (" /MIG" if "MIG" in d.get("per", "") else "")
+                    if d["requests_per_gpu"] is not None else "? (GPU count unknown)")
+                for d in m["density"]) or "-"
             out.append((p["pool"], m["model"],
                         f"{_n(this['p50'])} / {_n(this['p95'])} / {_n(this['p99'])}",
                         _n(lat["last_week"]["p99"]),

@@ -48,6 +48,9 @@ class LiveGateSettings(_Model):
     quantiles: list[float] = Field(default=[0.95, 0.99], min_length=1, max_length=4)
     latency_allowance: float = Field(default=0.10, gt=0, lt=10)
     queue_allowance: float = Field(default=0.25, gt=0, lt=10)
+    throughput_allowance: float = Field(
+        default=0.10, gt=0, lt=1,
+        description="Relative: 0.10 = the canary may serve 10% fewer requests/s per GPU.")
     error_allowance: float = Field(default=0.002, gt=0, lt=1,
                                    description="Absolute: 0.002 = 0.2 percentage point.")
 

@@ -274,8 +274,9 @@ class RolloutEngine(WaveSteps, BenchGate, LiveGate, Rollbacks):
         settings = self._settings(w.pool)
         label = f"wave{w.index}"
         if w.status == "pending":
-            w.status = "running"
-            self._write([], wave=(w.id, {"status": "running", "started_at": self.now()}),
+            # in memory too: the live gate's before-change baseline ends when the wave started
+            w.status, w.started_at = "running", self.now()
+            self._write([], wave=(w.id, {"status": "running", "started_at": w.started_at}),
                         events=[self._ev("rollout.wave", f"wave {w.index} ({w.pool}) started: "
                                          f"{len(rows)} host(s)", wave=w.index, pool=w.pool,
                                          hosts=[r.host for r in rows])],

@@ -2,10 +2,12 @@
 
 Runs after the undrain when the pool's matrix enables `rollout.gates.live`: it waits out the
 window (`window_minutes`, default the bake time), then asks Prometheus, per model, for the
-canary hosts' p95/p99 latency and queue time at each step and their request and error counts,
-and the same of the baseline: the pool's hosts of the same GPU model still on the old release
-(planned in this rollout), in the same window. Without such hosts the baseline is the canary
-hosts themselves over an equal window before the wave started (lower confidence). The verdict
+canary hosts' p95/p99 latency, queue time and requests/s at each step (the requests/s divided
+by each host's GPUs, or MIG instances, from its newest facts or the inventory) and their request
+and error counts, and the same of the baseline: the pool's hosts of the same GPU model still
+on the old release (planned in this rollout), in the same window. Without such hosts the
+baseline is the canary hosts themselves over an equal window before the wave started (lower
+confidence). The verdict
 is `fleet.domain.live_gate`'s: fail rolls the wave back, inconclusive pauses it, and "could
 not measure" (no Prometheus configured, unreachable, a query error, no series) is retried
 (`max_retries`) and then pauses. `fleet rollout promote` passes a paused live gate by hand.
@@ -13,7 +15,7 @@ not measure" (no Prometheus configured, unreachable, a query error, no series) i
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -22,7 +24,16 @@ from fleet.domain.live_gate import LiveSide, ModelVerdict, judge_model, live_ver
 from fleet.domain.matrix.live_settings import LiveGateSettings
 from fleet.domain.matrix.models import RolloutSettings
 from fleet.domain.prom_result import MetricsSource, QueryResult
-from fleet.domain.promql import Family, count_query, family, models_query, quantile_query
+from fleet.domain.promql import (
+    Family,
+    count_query,
+    family,
+    models_query,
+    quantile_query,
+    rate_query,
+)
+from fleet.domain.serving_units import Units, serving_units
+from fleet.history import latest_snapshots
 from fleet.history.rollouts import StepRow, WaveRow
 from fleet.jobs.rollout.core import EngineCore
 from fleet.jobs.rollout.model import _UNLOCK, _most_common, _Stop
@@ -37,23 +48,63 @@ def _flat(res: QueryResult, label: str, hosts: Sequence[str]) -> list[float]:
             if key in wanted or key.rsplit(":", 1)[0] in wanted for v in vals]
 
 
+def _by_host(res: QueryResult, label: str, hosts: Sequence[str]) -> dict[str, list[float]]:
+    """The finite values of each of the hosts' series (a host label may carry `:port`)."""
+    wanted = set(hosts)
+    out: dict[str, list[float]] = {}
+    for key, vals in res.by_label(label).items():
+        host = key if key in wanted else key.rsplit(":", 1)[0]
+        if host in wanted:
+            out.setdefault(host, []).extend(vals)
+    return out
+
+
+def per_unit(rates: Mapping[str, Sequence[float]], units: Mapping[str, Units | str]
+             ) -> tuple[list[float], frozenset[str], list[str]]:
+    """Each host's requests/s at each step divided by its GPUs or MIG instances, the kinds of
+    unit counted, and why a host that served could not be counted (its units unknown)."""
+    values: list[float] = []
+    kinds: set[str] = set()
+    unknown: list[str] = []
+    for host, rs in sorted(rates.items()):
+        u = units.get(host, "not in the inventory")
+        if isinstance(u, str):
+            unknown.append(f"{host}: {u}")
+            continue
+        kinds.add(u.kind)
+        values += [r / u.count for r in rs]
+    return values, frozenset(kinds), unknown
+
+
 def measure_side(src: MetricsSource, fam: Family, live: LiveGateSettings, model: str | None,
-                 hosts: Sequence[str], start: datetime, end: datetime) -> LiveSide:
+                 hosts: Sequence[str], start: datetime, end: datetime,
+                 units: Mapping[str, Units | str]) -> LiveSide:
     """One side's signals of one model over [start, end]; each one that could not be
-    measured is named in `missing`."""
+    measured is named in `missing`. `units` gives each host's GPUs (or MIG instances), or
+    why they are unknown."""
     label, step = live.host_label, float(live.step_seconds)
+    # the first value is one step in: a value at `start` is a rate (or summary) over the step
+    # before it, which for the canaries is their reboot (a third fewer requests on the lab)
+    first = start + timedelta(seconds=step) if end - start > timedelta(seconds=step) else start
     missing: list[str] = []
     latency: dict[float, list[float]] = {}
     for q in live.quantiles:
         res = src.range(quantile_query(fam, "latency", q, model=model, hosts=hosts,
-                                       host_label=label, rate_window_s=step), start, end, step)
+                                       host_label=label, rate_window_s=step), first, end, step)
         values = _flat(res, label, hosts)
         if not values:
             missing.append(f"latency p{q * 100:g}: {res.why_not() or 'no series of these hosts'}")
         latency[q] = [fam.to_ms("latency", v) for v in values]
     res = src.range(quantile_query(fam, "queue", QUEUE_Q, model=model, hosts=hosts,
-                                   host_label=label, rate_window_s=step), start, end, step)
+                                   host_label=label, rate_window_s=step), first, end, step)
     queue = [fam.to_ms("queue", v) for v in _flat(res, label, hosts)]
+    res = src.range(rate_query(fam, model=model, hosts=hosts, host_label=label,
+                               rate_window_s=step), first, end, step)
+    throughput, kinds, unknown = per_unit(_by_host(res, label, hosts), units)
+    if unknown:
+        missing.append(f"throughput per GPU: {'; '.join(unknown)}")
+    elif not throughput:
+        missing.append(f"throughput: {res.why_not() or 'no series of these hosts'}")
     window = (end - start).total_seconds()
     counts: dict[str, float | None] = {}
     for counter in ("requests", "errors"):
@@ -68,7 +119,7 @@ def measure_side(src: MetricsSource, fam: Family, live: LiveGateSettings, model:
         if counts[counter] is None:
             missing.append(f"{counter}: {res.why_not() or 'no series of these hosts'}")
     return LiveSide(tuple(hosts), latency, queue, counts["requests"], counts["errors"],
-                    tuple(missing))
+                    tuple(missing), throughput, kinds)
 
 
 def models_to_judge(src: MetricsSource, fam: Family, live: LiveGateSettings,
@@ -159,6 +210,14 @@ class LiveGate(EngineCore):
                       if r.state == "planned" and r.from_release in (None, old)
                       and (r.host not in self.refs or self.refs[r.host].gpu_model in models))
 
+    def _serving_units(self, hosts: Sequence[str]) -> dict[str, Units | str]:
+        """Each host's GPUs or MIG instances: from its newest reachable snapshot's facts (what
+        the probe saw), else the inventory's `gpu_count`; why not where neither says."""
+        facts = {host.name: snap.facts for host, snap in latest_snapshots(
+            self.history, hosts=list(hosts), reachable_only=True)}
+        return {h: serving_units(self.refs[h].gpu_count if h in self.refs else None,
+                                 facts.get(h)) for h in hosts}
+
     def _live_measure(self, w: WaveRow, rows: Sequence[StepRow], live: LiveGateSettings,
                       window_s: float) -> tuple[GateVerdict, str, dict[str, Any]]:
         src: MetricsSource | None = self.opts.live_source
@@ -182,10 +241,13 @@ class LiveGate(EngineCore):
         models, why = models_to_judge(src, fam, live, canary, end)
         if not models:
             return "error", f"could not measure: {why}", detail
+        units = self._serving_units(sorted({*canary, *b_hosts}))
+        detail["units"] = {h: u if isinstance(u, str) else u.describe()
+                           for h, u in units.items()}
         verdicts: list[ModelVerdict] = []
         for model in models:
-            c = measure_side(src, fam, live, model, canary, start, end)
-            b = measure_side(src, fam, live, model, b_hosts, b_start, b_end)
+            c = measure_side(src, fam, live, model, canary, start, end, units)
+            b = measure_side(src, fam, live, model, b_hosts, b_start, b_end, units)
             verdicts.append(judge_model(model or fam.name, c, b, live,
                                         errors_exported=fam.errors is not None,
                                         config=self.opts.judge_config))

@@ -162,6 +162,12 @@ def test_a_good_candidate_passes_the_live_gate(env, hosts) -> None:
     assert first["baseline_source"] == "same-time" and second["baseline_source"] == \
         "before-change", events
     assert {m["model"] for m in first["models"]} == {"resnet50", SLOW_MODEL}
+    # throughput per GPU: the lab serves 200 requests/s per model per host, on 8 H100s each
+    for m in first["models"]:
+        tput = {c["metric"]: c for c in m["metrics"]}["throughput_per_gpu"]
+        assert tput["verdict"] == "pass", m
+        assert 20 < tput["canary"] < 30 and 20 < tput["baseline"] < 30, tput
+    assert first["units"][first["canary_hosts"][0]] == "8 GPUs (facts)", first["units"]
 
 
 def test_the_weekly_serving_section_reads_the_lab(env, tmp_path) -> None:

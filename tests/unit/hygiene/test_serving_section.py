@@ -19,6 +19,7 @@ from fleet.domain.matrix.loader import load_matrix
 from fleet.domain.matrix.models import Matrix
 from fleet.domain.ports import HostRef
 from fleet.domain.prom_result import QueryResult, Series, failed
+from fleet.domain.serving_units import Units
 from fleet.jobs.hygiene_serving import UNSET, serving_section
 from fleet.reports.html import render_html
 
@@ -116,7 +117,23 @@ def test_a_p99_that_rose_week_over_week_is_a_regression_naming_the_rollout() -> 
     assert sv["problems"] == [f"serving regression: {llama['regression']}"]
     assert llama["load"] == "not exported by vllm" and llama["cache_hit_rate"] is None
     assert [d["requests_per_gpu"] for d in llama["density"]] == [1000.0, 1000.0]
+    assert [d["per"] for d in llama["density"]] == ["8 GPUs (inventory)"] * 2
     assert [d["p99_ms"] for d in llama["density"]] == [450.0, 450.0]
+
+
+def test_density_counts_mig_instances_and_never_guesses_a_gpu_count() -> None:
+    prom = WeeklyProm(lambda h, m, k: 300.0)
+    units: dict[str, Units | str] = {"h100-01": Units(14, "mig", "facts"),
+                                     "h100-02": "GPU 3 runs MIG and its MIG instances could "
+                                                "not be read"}
+    sv = serving_section(prom, _matrix(), HOSTS, _drift(SAME), now=NOW, units=units)
+    llama = {m["model"]: m for m in sv["pools"][0]["models"]}["llama"]
+    mig, unknown = llama["density"]
+    assert mig["requests_per_gpu"] == round(8000 / 14, 1) and mig["per"] == \
+        "14 MIG instances (facts)"
+    assert unknown["requests_per_gpu"] is None and "could not be read" in unknown["per"]
+    page = render_html({**weekly_report(), "serving": sv})
+    assert "@ 571.4 /MIG" in page and "@ ? (GPU count unknown)" in page
 
 
 def test_the_pools_other_release_is_compared() -> None:
@@ -168,6 +185,12 @@ def test_no_prometheus_configured_says_so() -> None:
 
 @pytest.fixture
 def report() -> dict:
+    return weekly_report()
+
+
+def weekly_report() -> dict:
+    """A weekly report with a drifted host, a serving regression and flat trends (also drawn
+    in headless Chromium: tests/integration/hygiene/test_report_in_chromium.py)."""
     prom = WeeklyProm(lambda h, m, k: 300.0 * (1.5 if m == "llama" and k == 0 else 1.0))
     sv = serving_section(prom, _matrix(), HOSTS, _drift(SAME), now=NOW)
     drift = [{"host": "h100-02", "pool": "h100", "reachable": True, "conformant": False,

@@ -42,6 +42,35 @@ def serve(answers: Mapping[str, str] | Callable[[str, str], str | None],
     return httpx.MockTransport(handler)
 
 
+def captured(name: str) -> dict[str, Any]:
+    """A capture of tests/data/prometheus/lab (`labcapture`): `meta` and `exchanges`."""
+    data: dict[str, Any] = json.loads((DATA / "lab" / f"{name}.json").read_text())
+    return data
+
+
+def replay(exchanges: list[dict[str, Any]], seen: list[str] | None = None
+           ) -> httpx.MockTransport:
+    """A transport answering each request whose path and form (but the timeout) match a
+    captured exchange with its answer; any other is a 400 naming it, so a query fleet no
+    longer sends the way it was captured measures nothing. `seen` collects the queries."""
+    def key(path: str, form: Mapping[str, str]) -> tuple[str, ...]:
+        return (path, *(f"{k}={v}" for k, v in sorted(form.items()) if k != "timeout"))
+
+    answers = {key(e["path"], e["form"]): e for e in exchanges}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        form = {k: v[0] for k, v in urllib.parse.parse_qs(request.content.decode()).items()}
+        if seen is not None:
+            seen.append(form.get("query", ""))
+        e = answers.get(key(request.url.path, form))
+        if e is None:
+            return httpx.Response(400, json={"status": "error", "errorType": "bad_data",
+                                             "error": f"not captured: {form!r:.300}"})
+        return httpx.Response(e["http_status"], json=e["body"])
+
+    return httpx.MockTransport(handler)
+
+
 def source(transport: httpx.BaseTransport, *, url: str = "http://prom.test:9090",
            **target: Any) -> PrometheusSource:
     return PrometheusSource(Target(url, "--prometheus", **target), transport=transport)
@@ -57,12 +86,13 @@ class FakePrometheus:
     each host of the query gets the recorded series of `gpu-01` (the slow one: llama's
     latency twice as long) when `slow(host, model)` says so, else `gpu-02`'s. Request counts
     are the recorded ones (50 requests/s over 5 s) scaled to the query's window times
-    `traffic`; each value varies by up to 2% from step to step and host to host. `down` makes
-    every request a refused connection."""
+    `traffic`, requests/s the recorded ones (50) times `traffic` and `served(host)`; each
+    value varies by up to 2% from step to step and host to host. `down` makes every request a
+    refused connection."""
 
     def __init__(self, slow: Callable[[str, str], bool] = lambda h, m: False, *,
-                 traffic: float = 1.0) -> None:
-        self.slow, self.traffic, self.down = slow, traffic, False
+                 traffic: float = 1.0, served: Callable[[str], float] = lambda h: 1.0) -> None:
+        self.slow, self.traffic, self.served, self.down = slow, traffic, served, False
         self.queries: list[str] = []
 
     def transport(self) -> httpx.MockTransport:
@@ -82,7 +112,10 @@ class FakePrometheus:
         match = _HOSTS_RE.search(query)
         hosts = match.group(1).replace("\\\\", "").split("|") if match else []
         model = (_MODEL_RE.findall(query) or [""])[0]
-        if request.url.path.endswith("query_range"):
+        if request.url.path.endswith("query_range") and "(rate(" in query \
+                and query.startswith("sum by ("):  # requests/s: the recorded 50 per second
+            name, scale = "vllm-rate-range", self.traffic
+        elif request.url.path.endswith("query_range"):
             name, scale = "vllm-p95-range", 1.0
         elif query.startswith("sum by (") and "increase(" in query:
             window = _WINDOW_RE.search(query)
@@ -95,12 +128,14 @@ class FakePrometheus:
         result = []
         for h in hosts:
             tpl = by_host["gpu-01" if self.slow(h, model) else "gpu-02"]
+            share = self.served(h) if name == "vllm-rate-range" else 1.0
             item: dict[str, Any] = {"metric": {"host": h}}
             for key in ("value", "values"):
                 if key in tpl:
                     pts = [tpl[key]] if key == "value" else tpl[key]
                     # each step within +-2% of the recorded value, as real traffic varies
-                    pts = [[t, repr(float(v) * scale * (1 + 0.01 * ((i * 7 + len(h)) % 5 - 2)))]
+                    pts = [[t, repr(float(v) * scale * share
+                                    * (1 + 0.01 * ((i * 7 + len(h)) % 5 - 2)))]
                            for i, (t, v) in enumerate(pts)]
                     item[key] = pts[0] if key == "value" else pts
             result.append(item)

@@ -220,7 +220,7 @@ def capture(out: Path) -> None:
     """Record real API answers (the fixtures of tests/unit/prometheus) from a real server."""
     from datetime import UTC, datetime, timedelta
 
-    from fleet.domain.promql import FAMILY, count_query, models_query, quantile_query
+    from fleet.domain.promql import FAMILY, count_query, models_query, quantile_query, rate_query
 
     binary = prometheus_binary()
     if binary is None:
@@ -242,6 +242,8 @@ def capture(out: Path) -> None:
             "vllm-p95-range": ("/api/v1/query_range", quantile_query(
                 vllm, "latency", 0.95, model="llama", hosts=both, host_label="host",
                 rate_window_s=2)),
+            "vllm-rate-range": ("/api/v1/query_range", rate_query(
+                vllm, model="llama", hosts=both, host_label="host", rate_window_s=2)),
             "triton-p99-instant": ("/api/v1/query", quantile_query(
                 triton, "latency", 0.99, model="resnet", hosts=both, host_label="host",
                 rate_window_s=5)),

@@ -16,19 +16,57 @@ CFG = JudgeConfig()
 
 
 def _side(p95: float, p99: float, *, requests: float = 50_000, errors: float | None = 50,
-          queue: float = 1.2, hosts: int = 2, steps: int = 10, **kw: object) -> LiveSide:
-    """Per host and step values within +-2% of the given quantiles (ms)."""
+          queue: float = 1.2, per_gpu: float = 25.0, hosts: int = 2, steps: int = 10,
+          kinds: frozenset[str] = frozenset({"gpu"}), **kw: object) -> LiveSide:
+    """Per host and step values within +-2% of the given quantiles (ms) and requests/s/GPU."""
     def vals(x: float) -> list[float]:
         return [x * (1 + 0.01 * ((i * 3) % 5 - 2)) for i in range(hosts * steps)]
     return LiveSide(tuple(f"h{i}" for i in range(hosts)), {0.95: vals(p95), 0.99: vals(p99)},
-                    vals(queue), requests, errors, **kw)  # type: ignore[arg-type]
+                    vals(queue), requests, errors, throughput=vals(per_gpu), unit_kinds=kinds,
+                    **kw)  # type: ignore[arg-type]
 
 
 def test_same_serving_passes() -> None:
     v = judge_model("resnet", _side(20, 31), _side(20, 31), LIVE, errors_exported=True)
     assert v.verdict == "pass", v.reason
     assert {m.metric for m in v.metrics} == {"latency_ms:p95", "latency_ms:p99", "queue_ms:p95",
-                                             "error_rate"}
+                                             "throughput_per_gpu", "error_rate"}
+
+
+def test_less_throughput_per_gpu_pauses_naming_the_metric() -> None:
+    v = judge_model("resnet", _side(20, 31, per_gpu=15), _side(20, 31, per_gpu=25), LIVE,
+                    errors_exported=True)
+    assert v.verdict == "inconclusive"  # not critical: the load balancer decides it too
+    assert "throughput_per_gpu: fail" in v.reason and "mean 15 vs 25" in v.reason
+    more = judge_model("resnet", _side(20, 31, per_gpu=40), _side(20, 31), LIVE,
+                       errors_exported=True)
+    assert more.verdict == "pass", more.reason  # higher is better
+
+
+def test_throughput_needs_the_judges_runs_and_the_traffic() -> None:
+    few = judge_model("m", _side(20, 31, hosts=1, steps=2), _side(20, 31), LIVE,
+                      errors_exported=True)
+    by = {m.metric: m for m in few.metrics}
+    assert by["throughput_per_gpu"].verdict == "inconclusive"
+    assert "throughput_per_gpu: inconclusive" in few.reason and few.verdict == "inconclusive"
+    quiet = judge_model("m", _side(20, 31, requests=150, errors=0, per_gpu=0.01),
+                        _side(20, 31), LIVE, errors_exported=True)
+    assert quiet.verdict == "inconclusive" and "too little traffic" in quiet.reason
+    assert "throughput_per_gpu" not in {m.metric for m in quiet.metrics}
+
+
+def test_throughput_unknown_or_counted_differently_could_not_measure() -> None:
+    unknown = _side(20, 31, missing=("throughput per GPU: h1: GPU count unknown",))
+    v = judge_model("m", unknown, _side(20, 31), LIVE, errors_exported=True)
+    assert v.verdict == "error" and "canary: throughput per GPU: h1: GPU count unknown" in \
+        v.reason
+    empty = judge_model("m", _side(20, 31, per_gpu=float("nan")), _side(20, 31), LIVE,
+                        errors_exported=True)
+    assert empty.verdict == "error", empty.reason
+    mixed = judge_model("m", _side(20, 31, kinds=frozenset({"mig"})), _side(20, 31), LIVE,
+                        errors_exported=True)
+    assert mixed.verdict == "error"
+    assert "the canary hosts count MIG instances, the baseline hosts whole GPUs" in mixed.reason
 
 
 def test_p99_sixty_percent_slower_fails_naming_model_and_metric() -> None:

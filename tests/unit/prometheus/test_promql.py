@@ -11,6 +11,7 @@ from fleet.domain.promql import (
     host_regex,
     models_query,
     quantile_query,
+    rate_query,
 )
 
 
@@ -56,6 +57,18 @@ def test_triton_requests_add_the_success_and_failure_sums() -> None:
                          host_label="instance", window_s=600)
     assert errors is not None and errors.startswith(
         "sum by (instance) (increase(nv_inference_request_failure{")
+
+
+def test_requests_per_second_per_host_for_the_throughput() -> None:
+    q = rate_query(FAMILY["vllm"], model="llama", hosts=["h"], host_label="host",
+                   rate_window_s=60)
+    assert q == ('sum by (host) (rate(vllm:e2e_request_latency_seconds_count{'
+                 'host=~"(h)(:[0-9]+)?",model_name="llama"}[60s]))')
+    triton = rate_query(FAMILY["triton"], model="r", hosts=["h"], host_label="instance",
+                        rate_window_s=60)
+    assert triton == count_query(FAMILY["triton"], "requests", model="r", hosts=["h"],
+                                 host_label="instance", window_s=60
+                                 ).replace("increase(", "rate(")  # type: ignore[union-attr]
 
 
 def test_vllm_exports_no_error_counter() -> None:

@@ -12,7 +12,7 @@ import pytest
 from fleet.domain.prom_result import parse_response
 from fleet.errors import BadInput
 from fleet.prometheus import Credentials, credentials, resolve
-from tests.unit.prometheus.fixtures import recorded, serve, source
+from tests.unit.prometheus.fixtures import captured, recorded, serve, source
 
 NOW = datetime(2026, 12, 2, 4, 0, tzinfo=UTC)
 
@@ -73,12 +73,19 @@ def test_query_error_says_what_the_server_said() -> None:
     assert "bad_data" in res.why_not() and "unclosed left parenthesis" in res.why_not()
 
 
-def test_nan_values_are_not_measurements() -> None:
-    body = {"status": "success", "data": {"resultType": "vector", "result": [
-        {"metric": {"host": "a"}, "value": [1.0, "NaN"]},
-        {"metric": {"host": "b"}, "value": [1.0, "+Inf"]}]}}
+def test_nan_and_infinite_values_are_not_measurements() -> None:
+    nan = next(e for e in captured("answers")["exchanges"]  # Triton's NaN, as really sent
+               if '"(h5|h9)' in e["form"]["query"])
+    body = nan["body"]
+    assert [s["value"][1] for s in body["data"]["result"]
+            if s["metric"]["host"] == "h9"] == ["NaN"]
+    body["data"]["result"] = [s for s in body["data"]["result"] if s["metric"]["host"] == "h9"]
     res = parse_response("q", body)
     assert res.ok and not res.measured and res.why_not() == "only NaN or infinite values"
+    # +Inf (a quantile in the open bucket): no capture has one, so this answer is written here
+    inf = {"status": "success", "data": {"resultType": "vector", "result": [
+        {"metric": {"host": "b"}, "value": [1.0, "+Inf"]}]}}
+    assert parse_response("q", inf).why_not() == "only NaN or infinite values"
 
 
 @pytest.mark.parametrize("body", [[], {"status": "success"}, {"status": "maybe"},

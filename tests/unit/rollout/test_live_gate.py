@@ -4,6 +4,8 @@ passes, and an unreachable or missing Prometheus, or too little traffic, pauses 
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +13,10 @@ import pytest
 
 from fleet.domain.matrix.live_settings import LiveGateSettings
 from fleet.domain.matrix.models import Matrix
+from fleet.domain.ports import HostRef
+from tests.conftest import run_fleet
 from tests.unit.prometheus.fixtures import FakePrometheus
-from tests.unit.rollout.helpers import Rig
+from tests.unit.rollout.helpers import Rig, Wrap
 
 CANARY = "h100-canary"
 TARGET = "r595-cuda13.2"
@@ -72,7 +76,11 @@ def test_a_good_release_passes_the_live_gate(matrix: Matrix, tmp_path: Path) -> 
     assert gates[-1]["baseline_source"] == "before-change" and gates[-1]["low_confidence"]
     assert "lower confidence" in gates[-1]["reason"]
     checks = {m["metric"] for m in gates[0]["models"][0]["metrics"]}
-    assert checks == {"latency_ms:p95", "latency_ms:p99", "queue_ms:p95"}
+    assert checks == {"latency_ms:p95", "latency_ms:p99", "queue_ms:p95", "throughput_per_gpu"}
+    # the canary was probed in this rollout (its facts); the baseline not yet (the inventory)
+    units = gates[0]["units"]
+    assert [units[h] for h in gates[0]["canary_hosts"]] == ["8 GPUs (facts)"]
+    assert {units[h] for h in gates[0]["baseline_hosts"]} == {"8 GPUs (inventory)"}
     assert "error rate not judged" in gates[0]["reason"]  # vLLM exports no error counter
     assert all(rig.fleet.installed_release(h) == TARGET for h in gates[0]["canary_hosts"])
 
@@ -113,3 +121,46 @@ def test_too_little_traffic_is_inconclusive(matrix: Matrix, tmp_path: Path, traf
     gate = _live_gates(rig, res.rollout_id)[-1]
     assert gate["verdict"] == verdict
     assert "too little traffic" in gate["reason"] and "p95 needs >= 200" in gate["reason"]
+
+
+def test_less_throughput_per_gpu_pauses_naming_the_metric(matrix: Matrix,
+                                                          tmp_path: Path) -> None:
+    rig = _rig(matrix, tmp_path)
+    prom = FakePrometheus(served=lambda h: 0.6 if rig.fleet.installed_release(h) == TARGET
+                          else 1.0)
+    res = rig.start(engine=rig.engine(live_source=prom.source()))
+    assert res.status == "paused", res.reason
+    assert "live gate inconclusive" in res.reason and "throughput_per_gpu: fail" in res.reason
+    gate = _live_gates(rig, res.rollout_id)[-1]
+    by_metric = {m["metric"]: m for m in gate["models"][0]["metrics"]}
+    assert by_metric["throughput_per_gpu"]["verdict"] == "fail"
+    assert by_metric["throughput_per_gpu"]["canary"] == pytest.approx(
+        0.6 * by_metric["throughput_per_gpu"]["baseline"], rel=0.05)
+    assert any(q.startswith("sum by (host) (rate(vllm:e2e_request_latency_seconds_count{")
+               for q in prom.queries)
+    # `fleet rollout status` says why, naming the model and the metric
+    r = run_fleet("--db", str(tmp_path / "history.db"), "rollout", "status",
+                  str(res.rollout_id), "--json")
+    doc = json.loads(r.stdout)
+    assert doc["status"] == "paused" and "model llama" in doc["reason"], r.stdout[-2000:]
+    assert "throughput_per_gpu: fail" in doc["reason"]
+
+
+class _NoGpuCount(Wrap):
+    """The fleet, its inventory without `gpu_count`."""
+
+    def hosts(self) -> list[HostRef]:
+        return [replace(r, gpu_count=None) for r in self.inner.hosts()]
+
+
+def test_an_unknown_gpu_count_could_not_measure_never_passes(matrix: Matrix,
+                                                            tmp_path: Path) -> None:
+    rig = _rig(matrix, tmp_path)
+    rig.backend = _NoGpuCount(rig.fleet)
+    res = rig.start(engine=rig.engine(live_source=FakePrometheus().source(),
+                                      record_snapshots=False))  # no facts either
+    assert res.status == "paused", res.reason
+    gate = _live_gates(rig, res.rollout_id)[-1]
+    assert gate["verdict"] == "error"
+    assert "could not measure" in res.reason and "throughput per GPU" in gate["reason"]
+    assert "GPU count unknown" in gate["reason"]
