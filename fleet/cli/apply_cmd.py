@@ -60,7 +60,7 @@ def _summary(r: Any) -> str:
     settings the pool's profile wants changed (issue 23)."""
     node = r.node.plan if r.node is not None else None
     steps = [f"{len(node.steps)} node setting(s)"] if node is not None and node.steps else []
-    if r.node is not None and r.node.boot_state in ("missing", "stale"):
+    if r.node is not None and r.node.boot_state in ("missing", "stale", "obsolete"):
         steps.append(f"boot unit ({r.node.boot_state})")
     if r.change is None or r.outcome != "would_change":
         return ", ".join([*(str(c) for c in r.changes), *steps]) or "-"

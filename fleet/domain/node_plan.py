@@ -357,16 +357,21 @@ def boot_unit(plan: NodePlan) -> dict[str, str]:
     return files
 
 
-BootState = Literal["current", "missing", "stale", "unknown"]
+BootState = Literal["current", "missing", "stale", "unknown", "obsolete"]
 
 
-def boot_state(files: dict[str, str], tools: NodeTools | None) -> BootState:
+def boot_state(files: dict[str, str], tools: NodeTools | None,
+               plan: NodePlan | None = None) -> BootState:
     """The boot unit on the host against `files` (what `boot_unit` writes): `missing` (a file
     or the enabling link absent), `stale` (a file differs), `current`, or `unknown` where the
     probe did not read it (an older probe, or a file it could not read): then the apply writes
-    it where it differs and the dry run says so."""
+    it where it differs and the dry run says so. With no `files` (the profile declares nothing
+    a reboot forgets), `obsolete` where fleet's unit, script, layout or link is still on the
+    host: the apply removes them, as a unit that reapplies settings no longer declared would
+    keep putting them back. Never obsolete while `plan` has a value it could not read (a
+    boot-time setting may hide behind it) or the probe did not read the unit."""
     if not files:
-        return "current"
+        return "obsolete" if _leftover(tools, plan) else "current"
     if tools is None:
         return "unknown"
     state: BootState = "current"
@@ -386,6 +391,16 @@ def boot_state(files: dict[str, str], tools: NodeTools | None) -> BootState:
     if not tools.boot_enabled:
         state = "missing"
     return state
+
+
+def _leftover(tools: NodeTools | None, plan: NodePlan | None) -> bool:
+    """fleet's boot unit, or a piece of it, is on the host, and the plan is sure it needs none."""
+    if tools is None or (plan is not None and plan.unknown):
+        return False
+    keys = ("boot_unit_sha256", "boot_script_sha256", "mig_parted_file_sha256")
+    if tools.boot_enabled is None or any(k in tools.unreadable for k in keys):
+        return False
+    return tools.boot_enabled or any(getattr(tools, k) is not None for k in keys)
 
 
 BOOT_UNIT = "/etc/systemd/system/fleet-node-state.service"

@@ -174,8 +174,11 @@ class NodeCommands(Protocol):
     commands run in order and stop at the first that fails; `value` is what they printed.
     `files`: per host, the boot unit's files (`fleet.domain.node_plan.boot_unit`, with the
     mig-parted layout where mig-parted applies it: written before the commands), written
-    and enabled where they differ; `changed` says whether anything was run or written."""
+    and enabled where they differ; `remove_boot`: hosts whose boot unit (unit, script, layout,
+    link) goes, where any of it is there (their profile declares nothing a reboot forgets);
+    `changed` says whether anything was run, written or removed."""
 
     def run_commands(self, commands: Mapping[str, Sequence[tuple[str, ...]]], *,
-                     files: Mapping[str, Mapping[str, str]] | None = None
+                     files: Mapping[str, Mapping[str, str]] | None = None,
+                     remove_boot: Collection[str] = ()
                      ) -> dict[str, HostResult[list[str]]]: ...

@@ -25,7 +25,9 @@ from fleet.domain.matrix.models import Matrix
 from fleet.domain.matrix.profiles import NodeProfile
 from fleet.domain.node_commands import show
 from fleet.domain.node_plan import (
+    BOOT_SCRIPT,
     BOOT_UNIT,
+    MIG_PARTED_FILE,
     BootState,
     NodePlan,
     boot_state,
@@ -48,6 +50,7 @@ class NodeChange:
     """The boot unit that reapplies what a reboot forgets (empty: nothing to reapply)."""
     applied: bool = False  # its steps ran and succeeded
     boot_written: bool = False  # the boot unit was missing or different, and was written
+    boot_removed: bool = False  # the profile declares nothing for it: the old unit was removed
     boot_state: BootState = "current"
     """The boot unit on the host against `boot_files` when planned (`node_plan.boot_state`)."""
     rebooted: bool = False  # the reboot its ECC change waits for was done
@@ -55,7 +58,7 @@ class NodeChange:
 
     @property
     def changed(self) -> bool:
-        return self.plan.changed or self.boot_state in ("missing", "stale")
+        return self.plan.changed or self.boot_state in ("missing", "stale", "obsolete")
 
     @property
     def drain(self) -> bool:
@@ -75,6 +78,9 @@ class NodeChange:
                     "current": "as planned", "unknown": "not read: written where it differs"}
             out.append(f"node boot unit: {what[self.boot_state]}: {BOOT_UNIT} reapplies "
                        f"{len(self.plan.boot)} setting(s) at boot")
+        elif self.boot_state == "obsolete":
+            out.append(f"node boot unit: the profile declares nothing a reboot forgets -> "
+                       f"removed: {BOOT_UNIT}, {BOOT_SCRIPT}, {MIG_PARTED_FILE}")
         out += [f"node (not changed by fleet): {n}" for n in self.plan.notes]
         out += [f"node (unknown, left alone): {u}" for u in self.plan.unknown]
         return out
@@ -88,6 +94,7 @@ class NodeChange:
             "reboot": self.plan.reboot, "drain": self.plan.drain,
             "notes": list(self.plan.notes), "unknown": list(self.plan.unknown),
             "boot_unit": sorted(self.boot_files), "boot_written": self.boot_written,
+            "boot_removed": self.boot_removed,
             "boot_state": self.boot_state,
             "applied": self.applied, "rebooted": self.rebooted, "error": self.error,
         }
@@ -134,7 +141,7 @@ def plan_nodes(backend: Backend, matrix: Matrix, refs: Sequence[HostRef]
             tools = got.value.node_tools
             change.plan = plan_node(got.value.gpus, profile, tools)
             change.boot_files = boot_unit(change.plan) if change.plan.boot else {}
-            change.boot_state = boot_state(change.boot_files, tools)
+            change.boot_state = boot_state(change.boot_files, tools, change.plan)
         out[ref.name] = change
     return out
 
@@ -169,11 +176,12 @@ def put_right(backend: Backend, changes: Mapping[str, NodeChange], reboot: Reboo
     Results land in each `NodeChange`."""
     run = {n: [s.argv for s in c.plan.steps] for n, c in changes.items() if c.plan.steps}
     files = {n: c.boot_files for n, c in changes.items() if c.boot_files}
+    remove = sorted(n for n, c in changes.items() if c.boot_state == "obsolete")
     done: Mapping[str, HostResult[list[str]]] = {}
-    if (run or files) and isinstance(backend, NodeCommands):
-        done = backend.run_commands(run, files=files)
-    elif run or files:
-        for n in files:
+    if (run or files or remove) and isinstance(backend, NodeCommands):
+        done = backend.run_commands(run, files=files, remove_boot=remove)
+    elif run or files or remove:
+        for n in [*files, *remove]:
             changes[n].plan.notes.append("boot unit not installed: this backend runs no "
                                          "commands")
         for n in run:
@@ -186,8 +194,15 @@ def put_right(backend: Backend, changes: Mapping[str, NodeChange], reboot: Reboo
             c.error = f"node state: {res.error}"
             continue
         c.applied = bool(c.plan.steps)
-        # `changed` covers commands and files alike: with no step, it is the boot unit
-        c.boot_written = bool(c.boot_files) and res.changed and not c.plan.steps
+        # `changed` covers commands and files alike: with no step, it is the boot unit; with
+        # steps, the probe's reading says whether the files differed (the operation writes
+        # exactly those; one it could not read counts as not known to be written)
+        if c.plan.steps:
+            c.boot_written = bool(c.boot_files) and c.boot_state in ("missing", "stale")
+            c.boot_removed = c.boot_state == "obsolete"
+        else:
+            c.boot_written = bool(c.boot_files) and res.changed
+            c.boot_removed = c.boot_state == "obsolete" and res.changed
         if c.plan.reboot:
             rebooting.append(name)
     if not rebooting:

@@ -137,6 +137,8 @@ FAULTS: dict[str, tuple[dict[str, str], str]] = {
                         "MIG mode on, no GPU instances: a reboot without the boot unit"),
     "vbios-mismatch": ({"gpu": "0", "version": "96.00.74.00.0B"},
                        "this GPU runs another VBIOS than its siblings"),
+    "mig-parted": ({}, "NVIDIA's nvidia-mig-parted installed (the lab's fake, "
+                       f"{gpustate.MIG_PARTED_BIN}): fleet applies MIG layouts with it"),
     "fm-mismatch": ({"version": "570.133.20"},
                     "Fabric Manager `version` runs (not the driver's): it refused the driver, "
                     "the GPUs' fabric registration never completes"),
@@ -402,7 +404,7 @@ def effects(fault: Fault, host: HostSpec) -> Effects:
 CDI_SPEC = "/etc/cdi/nvidia.yaml"
 FM_VERSION = gpustate.FM_VERSION_FILE
 # host files faults write; `lab reset` removes them
-FAULT_FILES = (CDI_SPEC, FM_VERSION, *boot.FAULT_FILES)
+FAULT_FILES = (CDI_SPEC, FM_VERSION, gpustate.MIG_PARTED_BIN, *boot.FAULT_FILES)
 
 
 def cdi_spec(version: str, gpus: int) -> str:
@@ -466,7 +468,7 @@ def cpu_fallback(p: dict[str, str]) -> dict[str, str]:
 
 
 NODE_FAULTS = ("ecc-off", "power-cap", "clocks-locked", "compute-exclusive", "persistence-off",
-               "mig-layout-lost", "vbios-mismatch", "fm-mismatch")
+               "mig-layout-lost", "vbios-mismatch", "fm-mismatch", "mig-parted")
 
 
 def node_effects(e: Effects, fault: Fault, host: HostSpec) -> None:
@@ -490,6 +492,8 @@ def node_effects(e: Effects, fault: Fault, host: HostSpec) -> None:
         e.set.update({pre + "mig.current": "1", pre + "mig.pending": "1", pre + "mig.gi": ""})
     elif name == "vbios-mismatch":
         e.set[pre + "vbios"] = p["version"]
+    elif name == "mig-parted":
+        e.files[gpustate.MIG_PARTED_BIN] = gpustate.mig_parted_script()
     elif name == "fm-mismatch":
         e.files[FM_VERSION] = p["version"] + "\n"
         if gpustate.NODE_DEFAULTS[host.gpu_model].fabric:

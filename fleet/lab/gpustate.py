@@ -148,6 +148,18 @@ def boot_reset(kv: Mapping[str, str], gpus: int) -> tuple[dict[str, str], list[s
 
 FM_VERSION_FILE = "/var/lib/gpusim/fabricmanager.version"
 
+MIG_PARTED_BIN = "/usr/local/bin/nvidia-mig-parted"
+"""Where the `mig-parted` lab fault installs the fake nvidia-mig-parted (one of the paths the
+probe's `node_tools` looks in)."""
+
+
+def mig_parted_script() -> str:
+    """The fake nvidia-mig-parted (fleet/lab/nvml/nvidia_mig_parted.py): the real tool's v1
+    config rules and apply order, on the fake NVML's state."""
+    from pathlib import Path
+
+    return (Path(__file__).parent / "nvml" / "nvidia_mig_parted.py").read_text()
+
 FABRICMANAGER = r'''#!/bin/sh
 # FAKE nv-fabricmanager (fleet lab): says its version, the package's unless a `fm-mismatch`
 # fault left another one running (/var/lib/gpusim/fabricmanager.version).

@@ -447,7 +447,7 @@ def apply_effects(paths: LabPaths, host: HostSpec, eff: F.Effects) -> None:
     for (bdf, fname), text in eff.sysfs.items():
         atomic_write(root / "sys/bus/pci/devices" / bdf / fname, text)
     for path, text in eff.files.items():
-        atomic_write(root / path.lstrip("/"), text)
+        atomic_write(root / path.lstrip("/"), text, 0o755 if "/bin/" in path else 0o644)
     for bdf, kind, field, n in eff.aer:
         f = root / "sys/bus/pci/devices" / bdf / kind
         counts = F.parse_aer_file(f.read_text()) if f.exists() else {}

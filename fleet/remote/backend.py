@@ -267,11 +267,12 @@ class SshBackend:
         return out
 
     def run_commands(self, commands: Mapping[str, Sequence[tuple[str, ...]]], *,
-                     files: Mapping[str, Mapping[str, str]] | None = None
+                     files: Mapping[str, Mapping[str, str]] | None = None,
+                     remove_boot: Collection[str] = ()
                      ) -> dict[str, HostResult[list[str]]]:
-        """Node-state commands and boot-unit files per host (`fleet.domain.ports.
-        NodeCommands`): checked here, before connecting, so an unsafe one fails its host and
-        reaches none."""
+        """Node-state commands, boot-unit files and boot units to remove per host
+        (`fleet.domain.ports.NodeCommands`): checked here, before connecting, so an unsafe one
+        fails its host and reaches none."""
         from fleet.domain.node_commands import UnsafeCommand, check_argv
         from fleet.domain.ports import HostResult
         from fleet.remote.operations import node_commands
@@ -284,8 +285,8 @@ class SshBackend:
             except UnsafeCommand as exc:
                 out[name] = HostResult.failed(name, f"refused: {exc}")
         files = files or {}
-        todo.update({n: [] for n in files if n not in todo and n not in out})
-        todo = {n: a for n, a in todo.items() if a or files.get(n)}
+        todo.update({n: [] for n in [*files, *remove_boot] if n not in todo and n not in out})
+        todo = {n: a for n, a in todo.items() if a or files.get(n) or n in remove_boot}
         out.update({n: HostResult(n, [], changed=False) for n in commands
                     if n not in out and n not in todo})
         if not todo:
@@ -295,6 +296,7 @@ class SshBackend:
             out.update(self._unreachable(conn))
             done = apply(conn, node_commands, lambda h: {
                 "commands": todo[h.name], "files": dict(files.get(h.name) or {}),
+                "remove_boot": h.name in remove_boot,
                 "_timeout": NODE_TIMEOUT_S})
         for name, outcome in done.items():
             if name in out:

@@ -30,6 +30,7 @@ from fleet.remote.facts import (
     FileContents,
     LoadedModuleVersion,
     OsFamily,
+    PresentPaths,
     RpmKernelPackages,
     RpmNvidiaPackages,
     stream_args,
@@ -131,16 +132,18 @@ def pin_release(release: str, packages: list[tuple[str, str, str]],
 
 
 @operation(is_idempotent=False)
-def node_commands(commands: list[list[str]], files: dict[str, str] | None = None
-                  ) -> Generator[str, None, None]:
+def node_commands(commands: list[list[str]], files: dict[str, str] | None = None,
+                  remove_boot: bool = False) -> Generator[str, None, None]:
     """
     Run node-state commands (``nvidia-smi -i 0 -pl 700``...), in order, stopping at the
-    first that fails; then write and enable the boot unit where it differs.
+    first that fails; then write and enable the boot unit where it differs, or remove it.
 
     + commands: argv lists of an allowed GPU tool with plain arguments
       (``fleet.domain.node_commands.check_argv``), quoted argument by argument
     + files: the boot unit's unit file and script (``fleet.domain.node_plan.boot_unit``);
       no other path is accepted
+    + remove_boot: remove the boot unit, its script, the mig-parted layout and the enabling
+      link where any is there (the profile declares nothing a reboot forgets); not with files
     """
     from fleet.domain.node_commands import shell_line
     from fleet.domain.node_plan import BOOT_SCRIPT, BOOT_UNIT, BOOT_WANTS, MIG_PARTED_FILE
@@ -150,6 +153,16 @@ def node_commands(commands: list[list[str]], files: dict[str, str] | None = None
     allowed = {BOOT_UNIT, BOOT_SCRIPT, MIG_PARTED_FILE}
     if set(files) - allowed:
         raise ValueError(f"not a boot-unit file: {sorted(set(files) - allowed)}")
+    if remove_boot and files:
+        raise ValueError("the boot unit is either written or removed, not both")
+    if remove_boot:
+        present: list[str] = host.get_fact(PresentPaths,
+                                           paths=[BOOT_WANTS, BOOT_UNIT, BOOT_SCRIPT,
+                                                  MIG_PARTED_FILE])
+        gone = [p for p in present if p in {BOOT_WANTS, *allowed}]  # only what was asked
+        if gone:
+            lines += ["rm -f " + " ".join(shlex.quote(p) for p in gone),
+                      "if [ -d /run/systemd/system ]; then systemctl daemon-reload; fi"]
     have: dict[str, str | None] = {}
     if files:
         answer: dict[str, str | None] = host.get_fact(FileContents,
@@ -169,6 +182,7 @@ def node_commands(commands: list[list[str]], files: dict[str, str] | None = None
     if len(lines) > len(commands) and unit is not None:
         lines.append("if [ -d /run/systemd/system ]; then systemctl daemon-reload; fi")
     if not lines:
-        host.noop("node state and boot unit as planned")
+        host.noop("node state and boot unit as planned" if not remove_boot else
+                  "node state as planned, no boot unit left")
         return
     yield from lines

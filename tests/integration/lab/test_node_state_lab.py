@@ -156,20 +156,31 @@ def fleet_apply(matrix_path: Path, release: str, db: Path, *extra: str) -> dict:
     return host
 
 
-def test_fleet_apply_puts_the_settable_node_state_right(history, lab_paths, tmp_path) -> None:
+def boots(h) -> int:
+    """The host's boots so far: each lab boot writes a new boot id and logs its kernel command
+    line (fleet.lab.hosts.prepare_boot)."""
+    return int(h.sh("grep -c 'Command line: BOOT_IMAGE' /var/log/kern.log", check=False)[1]
+               .strip() or 0)
+
+
+def test_fleet_apply_puts_the_settable_node_state_right(history, hosts, lab_paths,
+                                                        tmp_path) -> None:
     """Issue 23: the settable faults are node.* findings, `fleet apply` of the host's own
     release clears them over SSH (nvidia-smi on the host; ECC through the pre-reboot gate and
     one reboot), a second apply changes nothing, and the VBIOS difference stays reported
     (firmware is never flashed)."""
     lab.reset(lab_paths, HOST)
+    h = hosts[HOST]
     lab.inject(lab_paths, HOST, SETTABLE)
     found = node_findings(history)
     assert {"node.ecc", "node.power_limit", "node.clocks", "node.compute_mode",
             "node.persistence_mode", "node.mig_mode", "node.firmware"} <= set(found), found
     matrix = ROOT / "matrices" / "lab.yaml"
     release = current_release(matrix)
+    booted, boot_id = boots(h), h.boot_id()
     first = fleet_apply(matrix, release, tmp_path / "f.db")
     assert first["outcome"] == "changed", first["error"]
+    assert boots(h) == booted + 1 and h.boot_id() != boot_id  # ECC: one reboot
     node = first["node_state"]
     assert first["rebooted"] and node["rebooted"]  # for ECC, through the pre-reboot gate
     ran = {s["setting"]: s["gpu"] for s in node["steps"]}
@@ -186,10 +197,14 @@ def test_fleet_apply_puts_the_settable_node_state_right(history, lab_paths, tmp_
 def test_the_boot_unit_puts_back_what_a_reboot_forgets(history, hosts, lab_paths,
                                                        tmp_path) -> None:
     """A profile with a power limit below the default and a MIG layout on GPU 5, whose
-    instances are lost (MIG mode on, none left): `fleet apply` sets the limit, re-creates the
-    instances and installs the boot unit; after a reboot (which resets the limit and destroys
-    every MIG instance) the unit has put both back before the first probe, so the probe finds
-    them. Then, with the unit removed by hand, the dry run lists it as a change."""
+    instances are lost (MIG mode on, none left), and ECC off on GPU 0: `fleet apply` of
+    another release (a driver change) sets ECC before the pin, so the driver's reboot applies
+    it too (one boot, counted by the host's boot ids), then sets the limit, re-creates the
+    instances and installs the boot unit. Back on the first release, under a profile that
+    declares nothing a reboot forgets: the driver's reboot (which resets the limit and
+    destroys every MIG instance) ran the unit, which put both back before the first probe,
+    and the apply then removed the unit it no longer needs. Then the dry run of the first
+    profile lists the missing unit as a change."""
     from fleet.domain.node_plan import BOOT_SCRIPT, BOOT_UNIT, BOOT_WANTS
 
     doc = yaml.safe_load((ROOT / "matrices" / "lab.yaml").read_text())
@@ -200,27 +215,83 @@ def test_the_boot_unit_puts_back_what_a_reboot_forgets(history, hosts, lab_paths
                         {"devices": "all", "mig-enabled": False}]}}}
     matrix = tmp_path / "m.yaml"
     matrix.write_text(yaml.safe_dump(doc, sort_keys=False))
+    doc["profiles"]["hgx-h100"] = {"gpu": {"ecc": True, "count": 8}}  # nothing to reapply
+    bare = tmp_path / "bare.yaml"
+    bare.write_text(yaml.safe_dump(doc, sort_keys=False))
     release = current_release(matrix)
+    other = "r570-cuda12.8" if release != "r570-cuda12.8" else "r580-cuda13.0"
     h = hosts[HOST]
-    lab.inject(lab_paths, HOST, ["mig-layout-lost:gpu=5"])
+    back = False
+    lab.inject(lab_paths, HOST, ["mig-layout-lost:gpu=5", "ecc-off:gpu=0"])
     try:
-        res = fleet_apply(matrix, release, tmp_path / "f.db")
+        booted, boot_id = boots(h), h.boot_id()
+        res = fleet_apply(matrix, other, tmp_path / "f.db")
         assert res["outcome"] == "changed", res["error"]
+        assert res["to_release"] == other and res["rebooted"], res
+        assert boots(h) == booted + 1 and h.boot_id() != boot_id  # driver and ECC: one boot
         assert res["node_state"]["boot_unit"]
         assert "mig_layout" in {s["setting"] for s in res["node_state"]["steps"]}
         g = facts(history).gpus
+        assert (g[0].ecc_mode_current, g[0].ecc_mode_pending) == (True, True)
         assert sorted(d.profile for d in g[5].mig_devices or []) == ["3g.40gb", "3g.40gb"]
         assert h.sh(f"test -x {BOOT_SCRIPT} && test -L {BOOT_WANTS} && echo ok")[1].strip() == "ok"
-        h.reboot_and_wait()
+        res = fleet_apply(bare, release, tmp_path / "f.db")
+        back = True
+        assert res["outcome"] == "changed" and res["rebooted"], res["error"]
+        assert res["node_state"]["boot_removed"] and res["node_state"]["steps"] == [], res
         g = facts(history).gpus
         log = h.sh("cat /var/log/fleet-node-state.log", check=False)[1]
         assert [x.power_limit_w for x in g] == [500.0] * 8, log
         assert g[5].mig_mode_current is True, log
         assert sorted(d.profile for d in g[5].mig_devices or []) == ["3g.40gb", "3g.40gb"], log
-        h.sh(f"rm -f {BOOT_WANTS} {BOOT_UNIT} {BOOT_SCRIPT}")
+        assert h.sh(f"ls {BOOT_WANTS} {BOOT_UNIT} {BOOT_SCRIPT} 2>/dev/null | wc -l")[1].strip() \
+            == "0"
+        again = fleet_apply(bare, release, tmp_path / "f.db", "--dry")
+        assert again["outcome"] == "unchanged", again  # removed once
         dry = fleet_apply(matrix, release, tmp_path / "f.db", "--dry")
         assert dry["outcome"] == "would_change", dry
         assert dry["node_state"]["boot_state"] == "missing" and dry["node_state"]["steps"] == []
     finally:
         h.sh(f"rm -f {BOOT_WANTS} {BOOT_UNIT} {BOOT_SCRIPT}; nvidia-smi mig -i 5 -dci; "
              "nvidia-smi mig -i 5 -dgi; nvidia-smi -i 5 -mig 0", check=False)
+        if not back:  # the next tests expect the host on its release
+            fleet_apply(ROOT / "matrices" / "lab.yaml", release, tmp_path / "f.db")
+
+
+def test_fleet_apply_lays_out_mig_with_nvidia_mig_parted(history, hosts, lab_paths,
+                                                         tmp_path) -> None:
+    """Where the host has nvidia-mig-parted (the lab's fake: the real tool's v1 rules, on the
+    fake NVML), `fleet apply` writes the layout file and runs `nvidia-mig-parted apply` instead
+    of nvidia-smi mig, and its boot unit does the same; a second apply changes nothing."""
+    from fleet.domain.node_plan import BOOT_SCRIPT, BOOT_UNIT, BOOT_WANTS, MIG_PARTED_FILE
+
+    doc = yaml.safe_load((ROOT / "matrices" / "lab.yaml").read_text())
+    doc["profiles"]["hgx-h100"]["mig"] = {"config": "gpu5-halves", "layout": {
+        "version": "v1", "mig-configs": {"gpu5-halves": [
+            {"devices": [5], "mig-enabled": True, "mig-devices": {"3g.40gb": 2}},
+            {"devices": [0, 1, 2, 3, 4, 6, 7], "mig-enabled": False}]}}}
+    matrix = tmp_path / "m.yaml"
+    matrix.write_text(yaml.safe_dump(doc, sort_keys=False))
+    release = current_release(matrix)
+    h = hosts[HOST]
+    lab.inject(lab_paths, HOST, ["mig-parted", "mig-layout-lost:gpu=5"])
+    try:
+        res = fleet_apply(matrix, release, tmp_path / "f.db")
+        assert res["outcome"] == "changed", res["error"]
+        (step,) = [s for s in res["node_state"]["steps"] if s["setting"] == "mig_layout"]
+        assert step["command"] == ["nvidia-mig-parted", "apply", "-f", MIG_PARTED_FILE, "-c",
+                                   "gpu5-halves"]
+        g = facts(history).gpus
+        assert sorted(d.profile for d in g[5].mig_devices or []) == ["3g.40gb", "3g.40gb"]
+        assert [x.mig_mode_current for x in g] == [False] * 5 + [True] + [False] * 2
+        script = h.sh(f"cat {BOOT_SCRIPT}")[1]
+        assert f"nvidia-mig-parted apply -f {MIG_PARTED_FILE} -c gpu5-halves" in script
+        assert "nvidia-smi mig" not in script
+        h.sh(f"nvidia-mig-parted assert -f {MIG_PARTED_FILE} -c gpu5-halves")
+        again = fleet_apply(matrix, release, tmp_path / "f.db")
+        assert again["outcome"] == "unchanged" and again["node_state"]["steps"] == [], again
+    finally:
+        h.sh(f"rm -f {BOOT_WANTS} {BOOT_UNIT} {BOOT_SCRIPT} {MIG_PARTED_FILE}; "
+             "nvidia-smi mig -i 5 -dci; nvidia-smi mig -i 5 -dgi; nvidia-smi -i 5 -mig 0",
+             check=False)
+        lab.reset(lab_paths, HOST)  # the fake nvidia-mig-parted goes

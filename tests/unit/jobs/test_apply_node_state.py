@@ -6,7 +6,7 @@ firmware is never touched. The SSH side: tests/integration/lab/test_node_state_l
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -68,12 +68,16 @@ class NodeBackend(MemoryBackend):
                 "mig_manager_unit": None}
 
     def run_commands(self, commands: Mapping[str, Sequence[tuple[str, ...]]], *,
-                     files: Mapping[str, Mapping[str, str]] | None = None
+                     files: Mapping[str, Mapping[str, str]] | None = None,
+                     remove_boot: Collection[str] = ()
                      ) -> dict[str, HostResult[list[str]]]:
         wrote = set()
         for host, want in (files or {}).items():
             if self.boot.get(host) != dict(want):
                 self.boot[host] = dict(want)
+                wrote.add(host)
+        for host in remove_boot:
+            if self.boot.pop(host, None) is not None:
                 wrote.add(host)
         for host, argvs in commands.items():
             for argv in argvs:
@@ -90,7 +94,7 @@ class NodeBackend(MemoryBackend):
                 elif flag == "-e":
                     g["ecc_mode_pending"] = value == "1"
         return {h: HostResult(h, ["All done."], changed=bool(commands.get(h)) or h in wrote)
-                for h in {*commands, *(files or {})}}
+                for h in {*commands, *(files or {}), *remove_boot}}
 
     def reboot(self, hosts: Sequence[str], *, gate: RebootPass) -> dict[str, HostResult[None]]:
         out = super().reboot(hosts, gate=gate)
@@ -266,3 +270,47 @@ def test_unsafe_commands_are_refused(argv: tuple[str, ...]) -> None:
 def test_safe_commands_are_quoted_plainly() -> None:
     assert shell_line(("nvidia-smi", "mig", "-i", "0", "-cgi", "3g.40gb,3g.40gb", "-C")) == \
         "nvidia-smi mig -i 0 -cgi 3g.40gb,3g.40gb -C"
+
+
+def test_a_boot_unit_the_profile_no_longer_needs_is_removed_once(matrix: Matrix,
+                                                                 tmp_path: Path) -> None:
+    """The profile stops declaring anything a reboot forgets (persistence mode dropped): the
+    unit `fleet apply` installed for it would go on reapplying it at every boot. The dry run
+    lists the removal, the apply removes it, a second apply changes nothing."""
+    backend, m, golden = rig(matrix, tmp_path)
+    assert set(backend.boot) == {"h0", "h1"}
+    m = m.model_copy(update={"profiles": {"p": NodeProfile.model_validate(
+        {"gpu": {"ecc": True}})}})
+    targets = dict.fromkeys(["h0", "h1"], golden)
+    with open_history(str(tmp_path / "h.db")) as h:
+        dry = pin_hosts(backend, None, m, targets, now=lambda: NOW, dry=True)
+        assert [r.outcome for r in dry] == ["would_change", "would_change"]
+        assert dry[0].node is not None and dry[0].node.boot_state == "obsolete"
+        assert any(line.startswith("node boot unit: the profile declares nothing a reboot "
+                                   f"forgets -> removed: {BOOT_UNIT}")
+                   for line in dry[0].node.lines())
+        assert set(backend.boot) == {"h0", "h1"}  # a dry run removes nothing
+        done = pin_hosts(backend, h, m, targets, now=lambda: NOW)
+        assert [r.outcome for r in done] == ["changed", "changed"], [r.error for r in done]
+        assert backend.boot == {} and backend.ran == [] and backend.rebooted == []
+        assert done[0].as_dict()["node_state"]["boot_removed"] is True
+        again = pin_hosts(backend, h, m, targets, now=lambda: NOW)
+    assert [r.outcome for r in again] == ["unchanged", "unchanged"]
+    assert again[0].node is not None and again[0].node.boot_state == "current"
+    assert not again[0].node.boot_removed
+
+
+def test_boot_written_is_said_when_steps_ran_too(matrix: Matrix, tmp_path: Path) -> None:
+    """A step and a missing boot unit on one host: both are done, and the record says the unit
+    was written (it used to say so only when no step ran)."""
+    backend, m, golden = rig(matrix, tmp_path)
+    del backend.boot["h0"]
+    backend.gpus["h0"][0]["persistence_mode"] = False
+    with open_history(str(tmp_path / "h.db")) as h:
+        (res,) = pin_hosts(backend, h, m, {"h0": golden}, now=lambda: NOW)
+        assert res.outcome == "changed", res.error
+        assert res.node is not None and res.node.applied and res.node.boot_written
+        assert BOOT_UNIT in backend.boot["h0"]
+        backend.gpus["h0"][0]["persistence_mode"] = False  # a step again, the unit in place
+        (res,) = pin_hosts(backend, h, m, {"h0": golden}, now=lambda: NOW)
+    assert res.node is not None and res.node.applied and not res.node.boot_written

@@ -164,6 +164,25 @@ def test_boot_state_missing_stale_current_and_unknown() -> None:
     assert boot_state({}, None) == "current"  # nothing to reapply, nothing to write
 
 
+def test_a_boot_unit_left_from_an_older_profile_is_obsolete_unless_a_value_is_unread() -> None:
+    """A profile that declares nothing a reboot forgets writes no unit; one still on the host
+    (or only its link) is `obsolete`, and removed. An unread value never counts as nothing
+    to reapply, nor an unread unit as absent."""
+    ecc_only = NodeProfile.model_validate({"gpu": {"ecc": True}})
+    plan = plan_node([gpu(0)], ecc_only)
+    assert plan.boot == [] and plan.steps == [] and plan.unknown == []
+    left = NodeTools(boot_unit_sha256="0" * 64, boot_script_sha256="1" * 64, boot_enabled=True)
+    assert boot_state({}, left, plan) == "obsolete"
+    assert boot_state({}, NodeTools(boot_enabled=True), plan) == "obsolete"  # a lone link
+    assert boot_state({}, NodeTools(boot_enabled=False), plan) == "current"  # none there
+    assert boot_state({}, None, plan) == "current"  # not probed: nothing known to remove
+    unread_plan = plan_node([gpu(0, ecc_mode_pending=None)], ecc_only)
+    assert unread_plan.unknown and boot_state({}, left, unread_plan) == "current"
+    unread = NodeTools.model_validate({**left.model_dump(exclude={"unreadable"}),
+                                       "boot_script_sha256": {"error": "no_permission"}})
+    assert boot_state({}, unread, plan) == "current"
+
+
 def test_xml_mig_devices_without_profile_names_are_unknown() -> None:
     prof = NodeProfile.model_validate({"mig": MIG})
     plan = plan_node([gpu(0, mig_mode_current=True, mig_devices=[

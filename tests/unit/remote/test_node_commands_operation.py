@@ -17,15 +17,18 @@ from fleet.remote.operations import node_commands
 APPLY = ["nvidia-mig-parted", "apply", "-f", MIG_PARTED_FILE, "-c", "halves"]
 
 
-def run(files: dict[str, str]) -> list[str]:
+def run(files: dict[str, str], *, commands: list[list[str]] | None = None,
+        remove_boot: bool = False, present: list[str] | None = None) -> list[str]:
     absent = [f"{p} -" for p in sorted([*files, BOOT_WANTS])]
-    data = {"fake_delay": 0, "fake_delay_jitter": 0, "fake_responses": {"for f in": absent}}
+    data = {"fake_delay": 0, "fake_delay_jitter": 0,
+            "fake_responses": {"for f in": absent, "for p in": present or []}}
     inventory = Inventory(([("@fake/gpu-01", data)], {}))
     state = State(inventory, Config())
     state.set_stage(StateStage.Connect)
     connect_all(state)
     state.set_stage(StateStage.Prepare)
-    add_op(state, node_commands, commands=[APPLY], files=files)
+    add_op(state, node_commands, commands=[APPLY] if commands is None else commands,
+           files=files, remove_boot=remove_boot)
     state.set_stage(StateStage.Execute)
     run_ops(state)
     host = inventory.get_host("@fake/gpu-01")
@@ -46,3 +49,19 @@ def test_the_mig_parted_layout_is_written_before_the_command_that_reads_it() -> 
 def test_a_file_outside_the_boot_unit_is_refused() -> None:
     with pytest.raises(Exception, match="not a boot-unit file"):
         run({"/etc/passwd": "x"})
+
+
+def test_an_obsolete_boot_unit_is_removed_and_a_removed_one_left_alone() -> None:
+    """The profile declares nothing a reboot forgets: what is left of the unit goes (a
+    dangling enabling link included), and a second run, with nothing left, runs nothing."""
+    ran = run({}, commands=[], remove_boot=True, present=[BOOT_WANTS, BOOT_SCRIPT])
+    (rm,) = [c for c in ran if "rm -f" in c]
+    assert BOOT_WANTS in rm and BOOT_SCRIPT in rm and BOOT_UNIT not in rm
+    assert any("daemon-reload" in c for c in ran)
+    assert not [c for c in run({}, commands=[], remove_boot=True, present=[])
+                if "rm -f" in c or "daemon-reload" in c]
+
+
+def test_the_boot_unit_is_never_both_written_and_removed() -> None:
+    with pytest.raises(Exception, match="either written or removed"):
+        run({BOOT_UNIT: "[Unit]\n"}, remove_boot=True)
