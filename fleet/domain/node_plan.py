@@ -78,7 +78,8 @@ def _onoff(v: bool) -> str:
 
 def _mig_group(groups: Sequence[MigDeviceGroup], g: GpuFacts) -> MigDeviceGroup | None:
     """The config entry that applies to this GPU: its index listed (or all), its product name
-    or PCI device id matching the entry's device-filter when there is one."""
+    or PCI device id matching the entry's device-filter when there is one. At most one does:
+    the matrix refuses entries that overlap (`profiles.overlap`)."""
     for grp in groups:
         if grp.devices != "all" and g.index not in grp.devices:
             continue

@@ -92,11 +92,36 @@ class MigDeviceGroup(_Model):
         return [] if f is None else [f] if isinstance(f, str) else list(f)
 
 
+def overlap(groups: list[MigDeviceGroup]) -> str | None:
+    """Two entries of one config that can match the same GPU: the same index (or `all`) and no
+    device-filter telling them apart. nvidia-mig-parted applies every matching entry in turn,
+    so such a layout ends otherwise than it reads (or fails on the host, e.g. devices asked for
+    after a later entry turned MIG off); fleet refuses it when the matrix loads."""
+    for i, a in enumerate(groups):
+        for j in range(i + 1, len(groups)):
+            b = groups[j]
+            same_gpus = a.devices == "all" or b.devices == "all" or set(a.devices) & set(b.devices)
+            fa, fb = {f.lower() for f in a.filters()}, {f.lower() for f in b.filters()}
+            if same_gpus and (not fa or not fb or fa & fb):
+                return (f"entries {i} and {j} can both match the same GPU (devices "
+                        f"{a.devices} and {b.devices}); nvidia-mig-parted would apply both in "
+                        "turn: list each GPU in one entry only")
+    return None
+
+
 class MigPartedFile(_Model):
     """mig-parted's configuration file (version v1)."""
 
     version: Literal["v1"]
     mig_configs: dict[str, list[MigDeviceGroup]] = Field(alias="mig-configs", min_length=1)
+
+    @model_validator(mode="after")
+    def _no_overlap(self) -> MigPartedFile:
+        for name, groups in self.mig_configs.items():
+            why = overlap(groups)
+            if why:
+                raise ValueError(f"mig-configs.{name}: {why}")
+        return self
 
 
 class MigSettings(_Model):

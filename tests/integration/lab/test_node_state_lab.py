@@ -212,7 +212,7 @@ def test_the_boot_unit_puts_back_what_a_reboot_forgets(history, hosts, lab_paths
     prof["gpu"]["power_limit_w"] = 500
     prof["mig"] = {"config": "gpu5-halves", "layout": {"version": "v1", "mig-configs": {
         "gpu5-halves": [{"devices": [5], "mig-enabled": True, "mig-devices": {"3g.40gb": 2}},
-                        {"devices": "all", "mig-enabled": False}]}}}
+                        {"devices": [0, 1, 2, 3, 4, 6, 7], "mig-enabled": False}]}}}
     matrix = tmp_path / "m.yaml"
     matrix.write_text(yaml.safe_dump(doc, sort_keys=False))
     doc["profiles"]["hgx-h100"] = {"gpu": {"ecc": True, "count": 8}}  # nothing to reapply

@@ -109,6 +109,29 @@ def test_mig_unverified_row_warns() -> None:
     assert any("unverified" in w.message for w in warnings(data))
 
 
+def test_mig_entries_that_can_match_the_same_gpu_are_refused() -> None:
+    """nvidia-mig-parted applies every entry that matches a GPU in turn: `[5] enabled` then
+    `all disabled` ends with MIG off on GPU 5 (or fails there), not as the layout reads."""
+    def layout(*groups: dict[str, Any]) -> dict[str, Any]:
+        return {"mig": {"config": "c", "layout": {"version": "v1", "mig-configs": {
+            "c": list(groups)}}}}
+
+    five = {"devices": [5], "mig-enabled": True, "mig-devices": {"3g.40gb": 2}}
+    for other in ({"devices": "all", "mig-enabled": False},
+                  {"devices": [4, 5], "mig-enabled": False}):
+        probs = errors(_with_profile(layout(five, other)))
+        assert len(probs) == 1 and "entries 0 and 1 can both match the same GPU" in \
+            probs[0].message, probs
+        assert probs[0].field and probs[0].field.startswith("profiles.train.mig.layout")
+        assert probs[0].line is not None
+    assert errors(_with_profile(layout(five, {"devices": [0, 1, 2, 3, 4, 6, 7],
+                                              "mig-enabled": False}))) == []
+    # told apart by their device-filters (NVIDIA's own config file does this): accepted
+    h100 = {"devices": "all", "mig-enabled": False, "device-filter": "0x233010DE"}
+    h200 = {"devices": "all", "mig-enabled": False, "device-filter": "0x233510DE"}
+    assert errors(_with_profile(layout(h100, h200))) == []
+
+
 def test_mig_config_must_exist() -> None:
     data = _with_profile({"mig": {"config": "missing", "layout": {
         "version": "v1", "mig-configs": {"c": [{"devices": "all", "mig-enabled": False}]}}}})
