@@ -124,7 +124,8 @@ def pin_hosts(
         for name, planned in backend.plan(names, release, kernel_hold=hold).items():
             res = results[name]
             if not planned.ok or planned.value is None:
-                res.outcome = "unreachable" if not planned.reachable else "failed"
+                res.outcome = ("unreachable" if not planned.reachable
+                               else "refused" if planned.refused else "failed")
                 res.error = planned.error
                 continue
             plan = planned.value

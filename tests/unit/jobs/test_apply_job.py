@@ -36,6 +36,7 @@ class MemoryBackend:
         self.fail_apply: set[str] = set()
         self.rebooted: list[str] = []
         self.no_module: set[str] = set()  # the next-boot kernel has no nvidia module
+        self.operator: set[str] = set()  # the GPU Operator's driver container: refused
 
     def hosts(self) -> list[HostRef]:
         return self.refs
@@ -47,13 +48,14 @@ class MemoryBackend:
     def plan(self, hosts: Sequence[str], release: Release,
              **_: Any) -> dict[str, HostResult[PinPlan]]:
         return {h: HostResult.unreachable(h, "no route") if h in self.down
+                else HostResult.refusal(h, "the GPU Operator's container") if h in self.operator
                 else HostResult(h, self._plan(h, release)) for h in hosts}
 
     def apply(self, hosts: Sequence[str], release: Release,
               **_: Any) -> dict[str, HostResult[PinPlan]]:
         out = self.plan(hosts, release)
         for h in hosts:
-            if h in self.down:
+            if h in self.down or h in self.operator:
                 continue
             if h in self.fail_apply:
                 out[h] = HostResult.failed(h, "E: broken package")
@@ -164,6 +166,22 @@ def test_a_host_whose_next_kernel_has_no_module_is_refused_not_rebooted(
     assert f"kernel {kernel} has no nvidia {other.driver.version} module" in (bad.error or "")
     assert f"dkms autoinstall -k {kernel}" in (bad.error or "")
     assert [f.check for f in bad.findings] == ["node.next_boot"]
+
+
+def test_a_host_whose_driver_the_gpu_operator_manages_is_refused(matrix: Matrix,
+                                                               tmp_path: Path) -> None:
+    """The backend's refusal (fleet.remote.backend.driver_refusals) reads as refused: nothing
+    pinned or rebooted there, recorded, and the other hosts go through."""
+    backend, golden, other = setup(matrix)
+    backend.operator.add("h1")
+    with open_history(str(tmp_path / "h.db")) as h:
+        res = {r.host: r for r in pin_hosts(backend, h, matrix,
+                                            {r.name: other for r in backend.refs},
+                                            now=lambda: NOW)}
+        ends = [e for e in list_events(h) if e.kind == "apply.end" and e.subject == "h1"]
+    assert res["h1"].outcome == "refused" and "GPU Operator" in (res["h1"].error or "")
+    assert backend.installed["h1"] == on(golden) and "h1" not in backend.rebooted
+    assert res["h0"].outcome == "changed" and len(ends) == 1
 
 
 def test_unreachable_and_failed_hosts_do_not_stop_the_rest(matrix: Matrix,
