@@ -242,3 +242,32 @@ def test_pools_under_an_active_rollout_are_refused_unless_forced(matrix: Matrix,
         forced = pin_hosts(backend, h, matrix, {"h0": other}, now=lambda: NOW, force=True)
         assert forced[0].outcome == "changed"
         assert [e.kind for e in list_events(h, kind="apply.force")] == ["apply.force"]
+
+
+def test_the_schedulers_word_on_the_driver_refuses_before_anything_is_planned(
+        matrix: Matrix) -> None:
+    """A scheduler that knows the GPU Operator's driver pods (Kubernetes: `driver_owner`)
+    refuses its hosts before the plan reads them; unknown is refused too."""
+    from fleet.domain.driver_owner import DriverOwner
+
+    class Cluster:
+        name = "kubernetes"
+        owners = {"h0": DriverOwner("gpu-operator", "pod gpu-operator/nvidia-driver-x"),
+                  "h1": DriverOwner("unknown", "node h1: connection refused"), "h2": None}
+
+        def driver_owner(self, host: str) -> DriverOwner | None:
+            return self.owners[host]
+
+    backend, golden, other = setup(matrix)
+    planned: list[str] = []
+    plan = backend.plan
+    backend.plan = lambda hosts, rel, **kw: (planned.extend(hosts), plan(hosts, rel))[1]  # type: ignore[method-assign]
+    res = {r.host: r for r in pin_hosts(backend, None, matrix,
+                                        {r.name: other for r in backend.refs},
+                                        now=lambda: NOW, dry=True,
+                                        scheduler=Cluster())}  # type: ignore[arg-type]
+    assert planned == ["h2"]
+    assert res["h0"].outcome == res["h1"].outcome == "refused"
+    assert "spec.driver.version" in (res["h0"].error or "")
+    assert "cannot tell" in (res["h1"].error or "")
+    assert res["h2"].outcome == "would_change"
