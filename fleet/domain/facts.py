@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from fleet.domain.boot_facts import BootFacts
+from fleet.domain.driver_owner import DriverContainer
 from fleet.domain.fact_base import FactsModel
 from fleet.domain.node_facts import FabricManagerFacts, GpuNodeState, NodeTools
 
@@ -300,6 +301,9 @@ class HostFacts(_Facts):
     """Fabric Manager's service and version (None: not collected; see fleet.domain.node_facts)."""
     node_tools: NodeTools | None = None
     """fleet's boot unit and NVIDIA's MIG tools on the host (None: not collected)."""
+    driver_container: DriverContainer | None = None
+    """/run/nvidia/driver and the GPU Operator's marks (None: not collected, as in an offline
+    import; see fleet.domain.driver_owner)."""
 
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 

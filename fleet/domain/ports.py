@@ -52,6 +52,7 @@ class HostResult(Generic[T]):
     changed: bool = False
     error: str | None = None
     seconds: float = 0.0
+    refused: bool = False  # not an error of the host's: fleet will not do this there
 
     @classmethod
     def unreachable(cls, host: str, error: str) -> HostResult[T]:
@@ -60,6 +61,10 @@ class HostResult(Generic[T]):
     @classmethod
     def failed(cls, host: str, error: str) -> HostResult[T]:
         return cls(host, None, ok=False, error=error)
+
+    @classmethod
+    def refusal(cls, host: str, error: str) -> HostResult[T]:
+        return cls(host, None, ok=False, error=error, refused=True)
 
 
 Samples = dict[str, list[float]]

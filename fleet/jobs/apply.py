@@ -116,6 +116,7 @@ def pin_hosts(
         else:
             by_release[rel.name].append(name)
 
+    _refuse_operator_drivers(scheduler, by_release, results)
     to_change: dict[str, list[str]] = defaultdict(list)
     for rel_name, names in by_release.items():
         release = matrix.release(rel_name)
@@ -124,7 +125,8 @@ def pin_hosts(
         for name, planned in backend.plan(names, release, kernel_hold=hold).items():
             res = results[name]
             if not planned.ok or planned.value is None:
-                res.outcome = "unreachable" if not planned.reachable else "failed"
+                res.outcome = ("unreachable" if not planned.reachable
+                               else "refused" if planned.refused else "failed")
                 res.error = planned.error
                 continue
             plan = planned.value
@@ -237,6 +239,31 @@ def pin_hosts(
     if lease is not None:  # the preempted rollouts stay paused: resume or abort them
         ctl.release(history, set(locked.values()), *lease)
     return [results[n] for n in targets]
+
+
+def _refuse_operator_drivers(scheduler: Scheduler | None, by_release: dict[str, list[str]],
+                             results: dict[str, HostApply]) -> None:
+    """The scheduler's side of `fleet.domain.driver_owner` (Kubernetes: the Node's
+    nvidia.com/gpu.deploy.driver label and the operator's driver pods), before anything is
+    planned; the host's side (/run/nvidia) is read with the plan (`SshBackend._plans`)."""
+    ask = getattr(scheduler, "driver_owner", None)  # only schedulers that know of one
+    if ask is None:
+        return
+    from fleet.domain.driver_owner import refusal as driver_refusal
+
+    for rel_name in list(by_release):
+        keep = []
+        for name in by_release[rel_name]:
+            owner = ask(name)
+            why = driver_refusal(owner) if owner is not None else None
+            if why is None:
+                keep.append(name)
+            else:
+                results[name].outcome, results[name].error = "refused", why
+        if keep:
+            by_release[rel_name] = keep
+        else:
+            del by_release[rel_name]
 
 
 def _node_state(backend: Backend, matrix: Matrix, release: Release, refs: Sequence[HostRef],

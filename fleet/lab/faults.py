@@ -94,6 +94,8 @@ FAULTS: dict[str, tuple[dict[str, str], str]] = {
     "link-down": ({}, "host unreachable: its network link goes down (netns mode)"),
     "reboot-hang": ({}, "the next reboot never comes back"),
     "broken-package": ({}, "installing a driver package fails in its postinst (apt exits 100)"),
+    "operator-driver": ({}, "the GPU Operator's driver container's root and marks under "
+                        "/run/nvidia (IS_HOST_DRIVER=false); a reboot or `lab reset` clears"),
     "slow-bench": ({"factor": "0.7"}, "benchmarks and the model server run at this factor"),
     # for `fleet diagnose` (docs/diagnose.md): what the fake nvidia-smi's dmon/pmon/topo show
     "gpu-leak": (
@@ -376,7 +378,8 @@ def effects(fault: Fault, host: HostSpec) -> Effects:
             _xid(g, 79),
             f"NVRM: GPU {gpu_bdf(g)}: GPU has fallen off the bus.",
         ]
-    elif name in ("driver-not-loaded", "link-down", "reboot-hang", "broken-package"):
+    elif name in ("driver-not-loaded", "link-down", "reboot-hang", "broken-package",
+                  "operator-driver"):
         e.flags[name] = True
     elif name == "slow-bench":
         e.set["perf.slowdown"] = p["factor"]

@@ -20,7 +20,7 @@ from pathlib import Path
 from fleet.errors import CouldNotComplete
 from fleet.lab import boot as lab_boot
 from fleet.lab import faults as F
-from fleet.lab import gpustate
+from fleet.lab import gpustate, operator_driver
 from fleet.lab.model import (
     BRIDGE,
     BRIDGE_ADDR,
@@ -465,6 +465,8 @@ def apply_effects(paths: LabPaths, host: HostSpec, eff: F.Effects) -> None:
             set_link(host, up=False)
         if eff.flags.get("driver-not-loaded"):
             unload_driver(paths, host)
+        if eff.flags.get("operator-driver"):
+            operator_driver.install(root, init_pid(paths, host.name))
 
 
 def unload_driver(paths: LabPaths, host: HostSpec) -> None:
@@ -511,6 +513,8 @@ def reset_host(paths: LabPaths, host: HostSpec) -> None:
     flags = read_flags(paths, host.name)
     if flags.get("link-down"):
         set_link(host, up=True)
+    if flags.get("operator-driver"):
+        operator_driver.remove(root, init_pid(paths, host.name))
     write_flags(paths, host.name, {})
 
 

@@ -1562,6 +1562,47 @@ def probe_node_tools(h):
 _BOOT_LINE = re.compile(rb"kernel: \[\s*0\.\d+\] Linux version ")
 
 
+DRIVER_ROOT = "/run/nvidia/driver"
+NV_VALIDATIONS = "/run/nvidia/validations"
+DRIVER_MARKS = (".driver-ctr-ready", "host-driver-ready", "driver-ready")
+
+
+def probe_driver_container(h):
+    """Is the driver the GPU Operator's container: /run/nvidia/driver (its root, mounted on
+    the host) and the operator's marks under /run/nvidia/validations. The shape of
+    fleet.domain.driver_owner.DriverContainer (the same as the pyinfra fact DriverRoot)."""
+    out = {"root": None, "entries": [], "marks": [], "driver_ready": None}
+    p = h.path(DRIVER_ROOT)
+    try:
+        if os.path.islink(p) and os.path.realpath(p) == os.path.realpath(h.path("/")):
+            out["root"] = "host-root"
+        elif os.path.isdir(p):
+            names = sorted(os.listdir(p))
+            out["root"] = "populated" if names else "empty"
+            out["entries"] = [n[:100] for n in names[:64]]
+        elif os.path.lexists(p):
+            out["root"] = "not-a-directory"
+        else:
+            out["root"] = "absent"
+    except OSError as e:
+        out["root"] = err("os_error", f"{DRIVER_ROOT}: {e}")
+    for m in DRIVER_MARKS:
+        if os.path.lexists(h.path(NV_VALIDATIONS + "/" + m)):
+            out["marks"].append(m)
+    if "driver-ready" in out["marks"]:
+        text = h.read(NV_VALIDATIONS + "/driver-ready", 4096)
+        if is_err(text):
+            out["driver_ready"] = text
+        else:
+            ready = {}
+            for line in text.splitlines():
+                key, sep, value = line.strip().partition("=")
+                if sep and key.replace("_", "").isalnum():
+                    ready[key] = value.strip().strip('"')
+            out["driver_ready"] = ready
+    return out
+
+
 def current_boot(data):
     """The part of a syslog kernel file since the last boot: kern.log keeps every boot, and a
     first probe (no cursor) must not judge this boot by the last one's errors."""
@@ -2693,6 +2734,7 @@ def probe(since=None, root="/", kernel_log="auto", frameworks=True):
     facts["pci_gpus"] = probe_pci_gpus(h)
     facts["fabric_manager"] = probe_fabric_manager(h)
     facts["node_tools"] = probe_node_tools(h)
+    facts["driver_container"] = probe_driver_container(h)
     pk = facts["versions"]["packages"]
     facts["upgrade_guard"] = probe_upgrade_guard(
         h, {pk.get("manager")} if isinstance(pk, dict) and not is_err(pk) else set())

@@ -56,6 +56,22 @@ def _packages(release: Release, family: str) -> list[tuple[str, str, str]]:
     return [(p.name, p.version, p.component) for p in release.packages(fam)]
 
 
+def driver_refusals(readings: Mapping[str, Any]) -> dict[str, str]:
+    """Hosts whose driver fleet must not pin (the GPU Operator's container, or cannot tell),
+    from `facts.DriverRoot` per host; a reading that failed is a host fleet cannot account
+    for (fail closed)."""
+    from fleet.domain.driver_owner import DriverOwner, from_host, refusal
+
+    out: dict[str, str] = {}
+    for name, reading in readings.items():
+        owner = (DriverOwner("unknown", f"reading /run/nvidia failed: {reading}")
+                 if isinstance(reading, Exception) else from_host(reading))
+        why = refusal(owner)
+        if why is not None:
+            out[name] = why
+    return out
+
+
 class SshBackend:
     """The fleet as a pyinfra inventory describes it (the same file the `pyinfra` CLI takes)."""
 
@@ -153,6 +169,9 @@ class SshBackend:
 
         out: dict[str, HostResult[PinPlan]] = {}
         families = gather(conn, F.OsFamily)
+        for name, why in driver_refusals(gather(conn, F.DriverRoot)).items():
+            out[name] = HostResult.refusal(name, why)
+        families = {n: f for n, f in families.items() if n not in out}
         modules = gather(conn, F.LoadedModuleVersion)
         deb = [n for n, f in families.items() if f == "debian"]
         rhel = [n for n, f in families.items() if f == "rhel"]

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 
 from pyinfra.api.facts import FactBase
 
+from fleet.domain.driver_owner import DriverContainer, parse_driver_root
 from fleet.domain.kernel_hold import DEB_KERNEL_GLOBS, RPM_KERNEL_PACKAGES
 
 # Families whose installed versions a pin can change or must remove.
@@ -297,3 +298,33 @@ class LoadedModuleVersion(FactBase[str | None]):
 
     def process(self, output: list[str]) -> str | None:
         return parse_module_version(output)
+
+
+_DRIVER_ROOT_SH = r"""d=/run/nvidia/driver; v=/run/nvidia/validations
+if [ -L "$d" ] && [ "$(readlink -f "$d")" = / ]; then echo "root host-root"
+elif [ -d "$d" ]; then
+  if l=$(ls -A "$d" 2>/dev/null); then
+    if [ -n "$l" ]; then echo "root populated"
+      printf '%s\n' "$l" | head -n 64 | cut -c1-100 | sed 's/^/entry /'
+    else echo "root empty"; fi
+  else echo "unreadable root"; fi
+elif [ -e "$d" ] || [ -L "$d" ]; then echo "root not-a-directory"
+else echo "root absent"; fi
+for m in .driver-ctr-ready host-driver-ready driver-ready; do
+  if [ -e "$v/$m" ]; then echo "mark $m"; fi; done
+if [ -f "$v/driver-ready" ]; then
+  if c=$(head -c 4096 "$v/driver-ready" 2>/dev/null); then printf '%s\n' "$c" | sed 's/^/ready /'
+  else echo "unreadable driver-ready"; fi
+fi
+true"""
+
+
+class DriverRoot(FactBase[DriverContainer]):
+    """/run/nvidia/driver and the GPU Operator's validation marks: is the driver a container
+    (parsed by `fleet.domain.driver_owner.parse_driver_root`)."""
+
+    def command(self) -> str:
+        return _DRIVER_ROOT_SH
+
+    def process(self, output: list[str]) -> DriverContainer:
+        return parse_driver_root(output)

@@ -54,6 +54,18 @@ def pod_kind(pod: Mapping[str, Any]) -> str:
     return "evictable"
 
 
+def driver_pods(pods: Iterable[Mapping[str, Any]], daemonset: str) -> list[str]:
+    """namespace/name of the running pods of the DaemonSet named `daemonset` (the GPU
+    Operator's driver: `nvidia-driver-daemonset`, in whichever namespace it was installed)."""
+    out = []
+    for pod in pods:
+        ref = _controller(pod)
+        if (pod_kind(pod) == "daemonset" and ref is not None
+                and str(ref.get("name") or "") == daemonset):
+            out.append(pod_name(pod))
+    return sorted(out)
+
+
 def pods_to_go(pods: Iterable[Mapping[str, Any]],
                selector: LabelSelector | None = None) -> list[str]:
     """namespace/name of the pods a drain still has to remove: every pod but DaemonSet, mirror and

@@ -68,13 +68,14 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from fleet.domain.driver_owner import DEPLOY_DRIVER_LABEL, DRIVER_DAEMONSET, DriverOwner, from_node
 from fleet.domain.kube_selector import LabelSelector as LabelSelector
 from fleet.domain.kube_selector import Requirement as Requirement
 from fleet.domain.kube_selector import parse_selector as parse_selector
 from fleet.domain.ports import AdminState, HostResult
 from fleet.schedulers.kube_pods import MIRROR_ANNOTATION as MIRROR_ANNOTATION
 from fleet.schedulers.kube_pods import DrainFailure as DrainFailure
-from fleet.schedulers.kube_pods import budgets_for
+from fleet.schedulers.kube_pods import budgets_for, driver_pods
 from fleet.schedulers.kube_pods import parse_drain_failure as parse_drain_failure
 from fleet.schedulers.kube_pods import pod_kind as pod_kind
 from fleet.schedulers.kube_pods import pod_name as pod_name
@@ -227,6 +228,21 @@ class KubernetesScheduler:
         not `upgrade-done`), else None."""
         state = self._meta(node, "labels").get(GPU_OPERATOR_STATE)
         return state if state and state != GPU_OPERATOR_DONE else None
+
+    def driver_owner(self, host: str) -> DriverOwner | None:
+        """Whether the Node says the GPU Operator runs this host's driver as a container: its
+        `nvidia.com/gpu.deploy.driver` label and, where that says `true`, the pods of the
+        operator's driver DaemonSet on it. None where the Node says nothing (no operator);
+        unknown where the Node or its pods cannot be read (`fleet apply` refuses then)."""
+        node = self.node(host)
+        if isinstance(node, str):
+            return DriverOwner("unknown", f"node {host}: {node}")
+        labels = self._meta(node, "labels")
+        if labels.get(DEPLOY_DRIVER_LABEL) != "true":
+            return from_node(labels, [])
+        pods = self.pods(host)
+        return from_node(labels, None if isinstance(pods, str)
+                         else driver_pods(pods, DRIVER_DAEMONSET))
 
     def admin_state(self, node: dict[str, Any], jobs: Sequence[str] | str = ()) -> AdminState:
         """The node's state; `jobs` (pods still to go, or the error listing them) keep a cordoned

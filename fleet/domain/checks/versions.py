@@ -7,8 +7,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from fleet.domain.checks.base import FAIL, WARN, Check, finding, registrar
+from fleet.domain.checks.base import FAIL, OK, WARN, Check, finding, registrar
 from fleet.domain.checks.models import Expectations, Finding
+from fleet.domain.driver_owner import OPERATOR_SETTINGS, DriverOwner, from_host
 from fleet.domain.facts import HostFacts
 from fleet.domain.matrix.models import Thresholds
 
@@ -103,6 +104,33 @@ def driver_agreement(facts: HostFacts, exp: Expectations, th: Thresholds) -> Ite
         )
 
 
+def driver_owner(facts: HostFacts) -> DriverOwner | None:
+    """Who manages the driver, from the host's side; None where it was not collected."""
+    dc = facts.driver_container
+    return None if dc is None else from_host(dc)
+
+
+@check(
+    "driver.owner",
+    ("driver_container",),
+    "the driver is the host's packages or the GPU Operator's container, and fleet can tell",
+)
+def driver_owner_check(facts: HostFacts, exp: Expectations, th: Thresholds
+                       ) -> Iterable[Finding]:
+    owner = driver_owner(facts)
+    if owner is None:
+        return
+    if owner.kind == "unknown":
+        yield finding("driver.owner", FAIL, "none",
+                      f"cannot tell who manages the NVIDIA driver: {owner.why}",
+                      facts=["driver_container"], owner=owner.kind)
+    elif owner.operator:
+        yield finding("driver.owner", OK, "none",
+                      f"the GPU Operator's driver container manages the driver ({owner.why}); "
+                      "its version is judged, no host packages are expected",
+                      facts=["driver_container"], owner=owner.kind)
+
+
 @check(
     "release.conformance",
     ("versions", "versions.packages", "versions.toolkits"),
@@ -115,11 +143,15 @@ def release_conformance(
         return
     installed = installed_driver(facts)
     reads = ["versions.driver_library", "versions.driver_kernel_module"]
+    owner = driver_owner(facts)
+    container = owner is not None and owner.operator
     if installed is None:
         yield finding(
             "release.conformance",
             FAIL,
-            "reinstall_driver",
+            "none" if container else "reinstall_driver",
+            "driver version unknown: the GPU Operator's driver container loaded no kernel "
+            "module (see its nvidia-driver-daemonset pod)" if container else
             "installed driver version unknown (no NVML, no kernel module)",
             facts=reads,
         )
@@ -132,12 +164,15 @@ def release_conformance(
             FAIL,
             "reinstall_driver",
             f"driver {installed} is neither golden ({exp.release.driver_version}, "
-            f"{exp.release.name}) nor allowed",
+            f"{exp.release.name}) nor allowed"
+            + (f" (the GPU Operator's container: {OPERATOR_SETTINGS})" if container else ""),
             facts=reads,
             installed=installed,
             golden=exp.release.driver_version,
             allowed=[r.driver_version for r in exp.allowed],
         )
+        return
+    if container:  # the container brings its libraries: no host toolkit or packages
         return
     if match.cuda_version and facts.versions.toolkits is not None:
         found = [t.version for t in facts.versions.toolkits]

@@ -12,6 +12,8 @@ every pool node schedulable and without fleet's marks, and removes the pods and 
 
 from __future__ import annotations
 
+import json
+import signal
 import subprocess
 import sys
 import time
@@ -39,11 +41,12 @@ UPGRADE_STATE = "nvidia.com/gpu-driver-upgrade-state"
 
 def write_matrix(path: Path, **drain: Any) -> Path:
     """matrices/lab.yaml with pool h100's drain quick (15 s timeout, 1 s polls) and the
-    benchmark gate off (these tests judge drains; the gate swings under CI load)."""
+    benchmark and live gates off (these tests judge drains; the gate swings under CI load)."""
     doc = yaml.safe_load((ROOT / "matrices" / "lab.yaml").read_text())
     doc["pools"]["h100"]["rollout"]["drain"] = {"poll_seconds": 1, "timeout_minutes": 0.25,
                                                 **drain}
     doc["pools"]["h100"]["rollout"]["gates"]["benchmark"] = False
+    doc["pools"]["h100"]["rollout"]["gates"]["live"] = {"enabled": False}  # not about traffic
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
 
@@ -250,3 +253,107 @@ def test_a_node_the_gpu_operator_is_upgrading_is_skipped_and_named(env, api, lab
     assert not n["spec"].get("unschedulable"), "fleet did not cordon it"
     assert not any(k.startswith("fleet.local/") for k in n["metadata"].get("annotations", {}))
     assert "nvidia.com/gpu-driver-upgrade.skip" not in n["metadata"]["labels"]
+
+
+def test_a_host_whose_driver_the_gpu_operator_runs_is_refused_and_still_probed(
+        env, api, lab_paths) -> None:  # noqa: ANN001
+    """The lab fault operator-driver: the GPU Operator's driver root and marks under
+    /run/nvidia. apply refuses before draining or installing (pointing at the operator's
+    settings); probe and check read the host as the operator's, not as a host without its
+    driver packages. The module fixture's lab.reset takes the marks away."""
+    pinned(env, api, "h5")
+    lab.inject(lab_paths, "h5", ["operator-driver"])
+    first = boot_id(lab_paths, "h5")
+    rc, doc = fleet(env, "apply", "-r", R595, "-l", "h5", "--scheduler", "kubernetes")
+    h5 = result(doc, "h5")
+    assert rc != 0 and h5["outcome"] == "refused", doc
+    assert "GPU Operator" in h5["error"] and "spec.driver.version" in h5["error"], h5["error"]
+    assert "IS_HOST_DRIVER=false" in h5["error"], h5["error"]
+    assert not h5["rebooted"] and not h5["drained"] and h5["changes"] == []
+    assert boot_id(lab_paths, "h5") == first
+    n = node(api, "h5")
+    assert not n["spec"].get("unschedulable"), "refused before any drain"
+    assert not any(k.startswith("fleet.local/") for k in n["metadata"].get("annotations", {}))
+
+    rc, doc = fleet(env, "probe", "-l", "h5", "--no-frameworks")
+    assert rc == 0, doc
+    rc, doc = fleet(env, "check", "-l", "h5", "--all")
+    assert rc == 0, doc
+    owner = [f for f in doc["findings"] if f["check"] == "driver.owner"]
+    assert [f["severity"] for f in owner] == ["ok"], doc["findings"]
+    assert "GPU Operator" in owner[0]["message"]
+    assert not [f for f in doc["findings"] if f["severity"] == "fail"], doc["findings"]
+    # nothing installed: the same apply without the marks still has r595 to pin
+    lab.reset(lab_paths, "h5")
+    rc, doc = fleet(env, "apply", "-r", R595, "-l", "h5", "--dry")
+    assert result(doc, "h5")["outcome"] == "would_change", doc
+
+
+def reboots(lab_paths, name: str) -> int:  # noqa: ANN001
+    """How often the host ran its reboot command (the lab's /var/log/lab-reboots.log)."""
+    log = lab_paths.host_root(name) / "var/log/lab-reboots.log"
+    return len(log.read_text().splitlines()) if log.exists() else 0
+
+
+def marked(n: dict[str, Any]) -> bool:
+    return any(k.startswith("fleet.local/") for k in n["metadata"].get("annotations", {}))
+
+
+def test_a_controller_killed_while_waiting_resumes_and_leaves_an_admins_cordon(
+        env, api, lab_paths, tmp_path) -> None:  # noqa: ANN001
+    """`fleet rollout start` on pool h100 waits on a budget that allows no disruption of the
+    `db` pods (one on each host); SIGKILL its controller mid-wait. Meanwhile an admin cordons
+    the other host (kubectl). With the budget gone, `rollout resume` finishes the host it was
+    draining (pod evicted, one reboot, uncordoned, fleet's annotation gone) and leaves the
+    admin's cordon in place, that host skipped and named, its pod Running."""
+    env = {**env, "FLEET_MATRIX": str(write_matrix(tmp_path / "wait.yaml",
+                                                   timeout_minutes=3))}
+    for h in POOL_HOSTS:
+        pinned(env, api, h)
+    for i, h in enumerate(POOL_HOSTS):
+        kube.place_pod(api, h, f"db-{i}", {"app": "db", TEST_LABEL: "kube"})
+    kubectl(env, "create", "-f", "-", stdin=PDB.format(name="db-all", app="db").replace(
+        "minAvailable: 1", "minAvailable: 2"))
+    until("budget db-all counted", lambda: (api.get(
+        f"/apis/policy/v1beta1/namespaces/{NS}/poddisruptionbudgets/db-all").get("status")
+        or {}).get("currentHealthy") == 2)
+    count = {h: reboots(lab_paths, h) for h in POOL_HOSTS}
+    proc = subprocess.Popen([sys.executable, "-m", "fleet", "rollout", "start", "--pool", "h100",
+                             "--release", R595, "--scheduler", "kubernetes"], env=env, cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        def waiting() -> tuple[int, str] | None:
+            r = subprocess.run([sys.executable, "-m", "fleet", "rollout", "status", "--json"],
+                               env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+            st = json.loads(r.stdout) if r.returncode == 0 else {}
+            return (st["id"], st["waiting"][0]["host"]) if st.get("waiting") else None
+
+        rid, first = until("the rollout waits on the budget", waiting, timeout=90)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    (other,) = [h for h in POOL_HOSTS if h != first]
+    n = node(api, first)
+    assert n["spec"].get("unschedulable") is True and marked(n), "fleet's own cordon, kept"
+    kubectl(env, "cordon", other)  # an admin's, while the rollout is under way
+    kubectl(env, "delete", "pdb", "db-all", "-n", NS)
+    rc, doc = fleet(env, "rollout", "resume", str(rid), "--force")
+    assert rc == 0 and doc["status"] == "completed", doc
+    assert doc["hosts"] == {"done": 1, "skipped": 1}, doc
+    rc, st = fleet(env, "rollout", "status", str(rid), "--hosts")
+    steps = {s["host"]: s for s in st["host_steps"]}
+    assert steps[first]["state"] == "done", steps
+    assert steps[other]["state"] == "skipped", steps  # named, with why
+    assert "someone else" in json.dumps(steps[other]["detail"]), steps[other]
+    assert {h: reboots(lab_paths, h) - count[h] for h in POOL_HOSTS} == {first: 1, other: 0}
+    assert pod_phase(api, f"db-{POOL_HOSTS.index(first)}") is None  # evicted
+    assert pod_phase(api, f"db-{POOL_HOSTS.index(other)}") == "Running"
+    n = node(api, first)
+    assert not n["spec"].get("unschedulable") and not marked(n), n["metadata"]
+    n = node(api, other)
+    assert n["spec"].get("unschedulable") is True, "the admin's cordon stays"
+    assert not marked(n)
+    until(f"{first} Ready again", lambda: kube.node_ready(api, first))

@@ -36,6 +36,7 @@ class MemoryBackend:
         self.fail_apply: set[str] = set()
         self.rebooted: list[str] = []
         self.no_module: set[str] = set()  # the next-boot kernel has no nvidia module
+        self.operator: set[str] = set()  # the GPU Operator's driver container: refused
 
     def hosts(self) -> list[HostRef]:
         return self.refs
@@ -47,13 +48,14 @@ class MemoryBackend:
     def plan(self, hosts: Sequence[str], release: Release,
              **_: Any) -> dict[str, HostResult[PinPlan]]:
         return {h: HostResult.unreachable(h, "no route") if h in self.down
+                else HostResult.refusal(h, "the GPU Operator's container") if h in self.operator
                 else HostResult(h, self._plan(h, release)) for h in hosts}
 
     def apply(self, hosts: Sequence[str], release: Release,
               **_: Any) -> dict[str, HostResult[PinPlan]]:
         out = self.plan(hosts, release)
         for h in hosts:
-            if h in self.down:
+            if h in self.down or h in self.operator:
                 continue
             if h in self.fail_apply:
                 out[h] = HostResult.failed(h, "E: broken package")
@@ -166,6 +168,22 @@ def test_a_host_whose_next_kernel_has_no_module_is_refused_not_rebooted(
     assert [f.check for f in bad.findings] == ["node.next_boot"]
 
 
+def test_a_host_whose_driver_the_gpu_operator_manages_is_refused(matrix: Matrix,
+                                                               tmp_path: Path) -> None:
+    """The backend's refusal (fleet.remote.backend.driver_refusals) reads as refused: nothing
+    pinned or rebooted there, recorded, and the other hosts go through."""
+    backend, golden, other = setup(matrix)
+    backend.operator.add("h1")
+    with open_history(str(tmp_path / "h.db")) as h:
+        res = {r.host: r for r in pin_hosts(backend, h, matrix,
+                                            {r.name: other for r in backend.refs},
+                                            now=lambda: NOW)}
+        ends = [e for e in list_events(h) if e.kind == "apply.end" and e.subject == "h1"]
+    assert res["h1"].outcome == "refused" and "GPU Operator" in (res["h1"].error or "")
+    assert backend.installed["h1"] == on(golden) and "h1" not in backend.rebooted
+    assert res["h0"].outcome == "changed" and len(ends) == 1
+
+
 def test_unreachable_and_failed_hosts_do_not_stop_the_rest(matrix: Matrix,
                                                            tmp_path: Path) -> None:
     backend, golden, other = setup(matrix)
@@ -224,3 +242,32 @@ def test_pools_under_an_active_rollout_are_refused_unless_forced(matrix: Matrix,
         forced = pin_hosts(backend, h, matrix, {"h0": other}, now=lambda: NOW, force=True)
         assert forced[0].outcome == "changed"
         assert [e.kind for e in list_events(h, kind="apply.force")] == ["apply.force"]
+
+
+def test_the_schedulers_word_on_the_driver_refuses_before_anything_is_planned(
+        matrix: Matrix) -> None:
+    """A scheduler that knows the GPU Operator's driver pods (Kubernetes: `driver_owner`)
+    refuses its hosts before the plan reads them; unknown is refused too."""
+    from fleet.domain.driver_owner import DriverOwner
+
+    class Cluster:
+        name = "kubernetes"
+        owners = {"h0": DriverOwner("gpu-operator", "pod gpu-operator/nvidia-driver-x"),
+                  "h1": DriverOwner("unknown", "node h1: connection refused"), "h2": None}
+
+        def driver_owner(self, host: str) -> DriverOwner | None:
+            return self.owners[host]
+
+    backend, golden, other = setup(matrix)
+    planned: list[str] = []
+    plan = backend.plan
+    backend.plan = lambda hosts, rel, **kw: (planned.extend(hosts), plan(hosts, rel))[1]  # type: ignore[method-assign]
+    res = {r.host: r for r in pin_hosts(backend, None, matrix,
+                                        {r.name: other for r in backend.refs},
+                                        now=lambda: NOW, dry=True,
+                                        scheduler=Cluster())}  # type: ignore[arg-type]
+    assert planned == ["h2"]
+    assert res["h0"].outcome == res["h1"].outcome == "refused"
+    assert "spec.driver.version" in (res["h0"].error or "")
+    assert "cannot tell" in (res["h1"].error or "")
+    assert res["h2"].outcome == "would_change"

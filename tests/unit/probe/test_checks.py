@@ -369,6 +369,11 @@ CASES: list[tuple[str, dict[str, Any], tuple[str, str, str]]] = [
         ("probe.source", "fail", "reinstall_driver"),
     ),
     (
+        "cannot tell who manages the driver",
+        healthy(driver_container={"root": {"error": "os_error", "detail": "EIO"}}),
+        ("driver.owner", "fail", "none"),
+    ),
+    (
         "next-boot kernel without the module",
         healthy(boot=boot_facts("debian", "550.54.15", "open", new_kernel=True)),
         ("node.next_boot", "fail", "reinstall_driver"),

@@ -77,3 +77,36 @@ def test_a_node_the_gpu_operator_is_upgrading_is_left_alone(cluster: FakeCluster
     assert s.idle("n1").value is False
     assert s.state("n2").state == "available"  # done: an ordinary node again
     assert s.drain("n2", "wave 1").changed
+
+
+def driver_pod(node: str, owner: str = "nvidia-driver-daemonset") -> dict[str, Any]:
+    """A pod of the GPU Operator's driver DaemonSet, bound to `node` (kube-proxy's capture with
+    the operator's names)."""
+    (p,) = _pods(["kube-system/kube-proxy-6p8h4"])
+    p["metadata"].update(name=f"{owner}-x7k2p", namespace="gpu-operator")
+    p["metadata"]["ownerReferences"][0]["name"] = owner
+    p["spec"]["nodeName"] = node
+    return p
+
+
+def test_the_node_says_whether_the_gpu_operator_runs_the_driver(
+        cluster: FakeCluster, node_json: dict[str, Any]) -> None:
+    label = "nvidia.com/gpu.deploy.driver"
+    nodes = {"ctr": k8s_node(node_json, "ctr", labels={label: "true"}),
+             "pre": k8s_node(node_json, "pre", labels={label: "pre-installed"}),
+             "soon": k8s_node(node_json, "soon", labels={label: "true"}),
+             "none": k8s_node(node_json, "none")}
+    del nodes["none"]["metadata"]["labels"][label]  # the capture's GPU Operator labelled it
+    s = _k8s(cluster, nodes, [driver_pod("ctr"), driver_pod("soon", "nvidia-device-plugin")])
+    ctr = s.driver_owner("ctr")
+    assert ctr is not None and ctr.operator
+    assert "gpu-operator/nvidia-driver-daemonset-x7k2p" in ctr.why
+    pre = s.driver_owner("pre")
+    assert pre is not None and pre.kind == "host"
+    assert s.driver_owner("soon") is None  # labelled, no driver pod there (yet): the host's side
+    assert s.driver_owner("none") is None  # no GPU Operator on this node
+    gone = s.driver_owner("missing")
+    assert gone is not None and gone.kind == "unknown"
+    # only a node labelled `true` costs a pod listing
+    calls = [a for a in _kubectl_calls(cluster) if "pods" in a]
+    assert len(calls) == 2, calls
