@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from fleet.domain.drain import DrainView, describe_jobs
+from fleet.domain.driver_owner import refusal as driver_refusal
 from fleet.domain.gates import (
     Budget,
     health_verdict,
@@ -83,11 +84,22 @@ class WaveSteps(EngineCore):
         self._write(todo, events=[self._step_event(w, "drain", "begin", todo)],
                     label=f"wave{w.index}:drain:begin")
         live: list[StepRow] = []
+        owner_of = getattr(self.scheduler, "driver_owner", None)  # Kubernetes: the Node's word
+        half_way = {id(r) for r in again}
         for r in todo:
             a = r.detail["admin"]
             if a["state"] in ("drained", "draining") and not a["by_fleet"]:
                 self._skip(r, f"drained by someone else: {a['reason']}"
                               + (f" ({a['owner']})" if a.get("owner") else ""))
+                continue
+            owner = (owner_of(r.host) if owner_of is not None and id(r) not in half_way
+                     else None)  # a host half-way to its target is drained whatever it says
+            if owner is not None and (why := driver_refusal(owner)) is not None:
+                # before the drain: evicting pods from a host fleet will not pin helps no one
+                if owner.operator:
+                    self._skip(r, why)
+                else:  # cannot tell: not moved, and not passed over quietly either
+                    self._fail(r, "drain", why, ours=False)
                 continue
             live.append(r)
         live = self._within_budget(w, live)
