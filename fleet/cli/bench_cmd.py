@@ -286,9 +286,10 @@ def trace_from_log(
                               "with --output FILE", field="--output")
     if not log.is_file():
         raise BadInput.single("no such file", file=str(log))
-    with log.open("rb") as f, tempfile.TemporaryFile() as spool:
+    with log.open("rb") as f, tempfile.TemporaryFile() as spool, \
+            tempfile.TemporaryFile() as runs:
         trace = TraceBuilder(fmt=fmt, source=str(log), expect_size=expect_size,
-                             only_ok=only_ok, store=_FileStore(spool))
+                             only_ok=only_ok, store=_FileStore(spool), runs=_FileStore(runs))
         _read_log_lines(f, trace)
         problems, bad = trace.problems, trace.bad
         if problems and not skip_bad:
@@ -315,7 +316,8 @@ def trace_from_log(
 
 
 class _FileStore:
-    """A TraceBuilder's entries in a temporary file: memory holds 24 bytes per request."""
+    """A TraceBuilder's entries (or its sorted runs) in a temporary file: memory holds at most
+    `tracelog.SPILL_EVERY` requests' 24 bytes, whatever the log's size."""
 
     def __init__(self, f: IO[bytes]) -> None:
         self.f = f

@@ -34,6 +34,10 @@ _PATH_KEYS = ("path", "uri", "url")
 _BYTES_KEYS = ("bytes", "body_bytes_sent", "size", "response_bytes")
 _DURATION_KEYS = ("request_time", "duration")
 MAX_PROBLEMS = 50
+SPILL_EVERY = 1 << 18
+"""Requests held in memory (24 bytes each) before they go to the run store as a sorted run."""
+RUN_BLOCK = 8192
+"""Records read from each run at a time while merging (32 bytes each)."""
 _LAST_EPOCH = 253402300799.0  # 9999-12-31T23:59:59Z
 Bad = tuple[str | None, str]  # (field, message) of a line that cannot be read
 
@@ -224,26 +228,35 @@ class TraceBuilder:
     A log is read once, line by line (`add`); each request keeps 24 bytes in arrays (its
     arrival, its line, where its entry's JSON ends in the store) and its JSON in the store:
     `bench trace-from-log` held every request as objects, 6x the log (a 116 MB nginx log peaked
-    at 700 MB, issue 28). Only the first MAX_PROBLEMS bad lines are kept (all are counted).
-    The trace (`lines`) is the one `trace_from_log` returned: sorted by arrival then line,
-    nginx's whole-second times spread evenly across their second, offsets from the first.
+    at 700 MB, issue 28). Every `spill_every` requests the arrays are sorted and written to
+    `runs` (a second store) as one sorted run, so memory stays bounded whatever the log's
+    size; `lines` then merges the runs. Only the first MAX_PROBLEMS bad lines are kept (all
+    are counted). The trace (`lines`) is the one `trace_from_log` returned: sorted by arrival
+    then line, nginx's whole-second times spread evenly across their second, offsets from the
+    first.
     """
 
     def __init__(self, *, fmt: str = "auto", source: str = "log", expect_size: bool = False,
-                 only_ok: bool = False, store: EntryStore | None = None) -> None:
+                 only_ok: bool = False, store: EntryStore | None = None,
+                 runs: EntryStore | None = None, spill_every: int = SPILL_EVERY) -> None:
         self.fmt, self.source = fmt, source
         self.expect_size, self.only_ok = expect_size, only_ok
         self.store: EntryStore = store if store is not None else MemoryStore()
+        self.runs: EntryStore = runs if runs is not None else MemoryStore()
+        self.spill_every = max(1, spill_every)
+        self._spilled: list[tuple[int, int]] = []  # (offset in `runs`, records) per run
+        self._count = 0
         self.problems: list[Problem] = []
         self.bad = 0
         self._start = array("d")
         self._line = array("q")
         self._end = array("q")
         self._size = 0
+        self._run_base = 0  # where the next run's first entry begins in `store`
         self.span = 0.0  # seconds from the first arrival to the last, once `lines` ran
 
     def __len__(self) -> int:
-        return len(self._start)
+        return self._count
 
     def problem(self, problem: Problem) -> None:
         self.bad += 1
@@ -274,6 +287,67 @@ class TraceBuilder:
         self._start.append(got.start)
         self._line.append(no)
         self._end.append(self._size)
+        self._count += 1
+        if len(self._start) >= self.spill_every:
+            self._spill()
+
+    def _spill(self) -> None:
+        """The requests held in the arrays, sorted by (arrival, line), as one run in `runs`."""
+        import numpy as np
+
+        n = len(self._start)
+        if not n:
+            return
+        starts = np.frombuffer(self._start, dtype=np.float64)[:n]
+        lines = np.frombuffer(self._line, dtype=np.int64)[:n]
+        ends = np.frombuffer(self._end, dtype=np.int64)[:n]
+        rec = np.empty(n, dtype=_run_record())
+        rec["start"], rec["line"], rec["end"] = starts, lines, ends
+        rec["begin"][0] = self._run_base
+        rec["begin"][1:] = ends[:-1]
+        order = np.lexsort((lines, starts))
+        offset = sum(k for _, k in self._spilled) * _run_record().itemsize
+        self.runs.append(rec[order].tobytes())
+        self._spilled.append((offset, n))
+        self._run_base = int(ends[-1])
+        self._start, self._line, self._end = array("d"), array("q"), array("q")
+
+    def _merged(self) -> Iterator[tuple[float, int, int, int]]:
+        """Every spilled run's records merged in (arrival, line) order, read a block at a time."""
+        import heapq
+
+        import numpy as np
+
+        def run(offset: int, count: int) -> Iterator[tuple[float, int, int, int]]:
+            size = _run_record().itemsize
+            for first in range(0, count, RUN_BLOCK):
+                k = min(RUN_BLOCK, count - first)
+                block = np.frombuffer(self.runs.read(offset + first * size, k * size),
+                                      dtype=_run_record())
+                yield from zip(block["start"].tolist(), block["line"].tolist(),
+                               block["begin"].tolist(), block["end"].tolist(), strict=True)
+
+        return heapq.merge(*(run(o, k) for o, k in self._spilled))
+
+    def _spread(self, merged: Iterator[tuple[float, int, int, int]],
+                ) -> Iterator[tuple[float, int, int, int]]:
+        """nginx's whole seconds spread across their second, as `_order` does, one second's
+        requests at a time (a second's requests are adjacent in arrival order, and stay in it)."""
+        group: list[tuple[float, int, int, int]] = []
+        sec = None
+        for item in _with_end(merged):
+            if item is not None and math.floor(item[0]) == sec:
+                group.append(item)
+                continue
+            if group:
+                count = len(group)
+                spread = [((s + rank / count) if s == sec else s, line, b, e)
+                          for rank, (s, line, b, e) in enumerate(group)]
+                spread.sort(key=lambda x: (x[0], x[1]))
+                yield from spread
+            if item is None:
+                return
+            group, sec = [item], math.floor(item[0])
 
     def _order(self) -> tuple[Any, Any]:
         """(arrival of each request, the requests' indexes in trace order)."""
@@ -299,6 +373,9 @@ class TraceBuilder:
 
     def lines(self) -> Iterator[str]:
         """The trace, one JSON line (with its newline) per request, in arrival order."""
+        if self._spilled:
+            yield from self._lines_from_runs()
+            return
         if not len(self._start):
             return
         starts, order = self._order()
@@ -309,6 +386,34 @@ class TraceBuilder:
                 begin = self._end[i - 1] if i else 0
                 rest = self.store.read(begin, self._end[i] - begin).decode()
                 yield '{"t":' + repr(round(float(starts[i]) - t0, 6)) + "," + rest + "\n"
+
+    def _lines_from_runs(self) -> Iterator[str]:
+        self._spill()  # what is left in the arrays: the last run
+        merged = self._merged()
+        ordered = self._spread(merged) if self.fmt == "nginx" else merged
+        t0 = last = None
+        for start, _line, begin, end in ordered:
+            if t0 is None:
+                t0 = start
+            last = start
+            rest = self.store.read(begin, end - begin).decode()
+            yield '{"t":' + repr(round(start - t0, 6)) + "," + rest + "\n"
+        if t0 is not None and last is not None:
+            self.span = round(last - t0, 6)
+
+
+@lru_cache(maxsize=1)
+def _run_record() -> Any:
+    """One request of a spilled run: arrival, line, and its entry's bytes in the store."""
+    import numpy as np
+
+    return np.dtype([("start", "<f8"), ("line", "<i8"), ("begin", "<i8"), ("end", "<i8")])
+
+
+def _with_end(items: Iterator[tuple[float, int, int, int]],
+              ) -> Iterator[tuple[float, int, int, int] | None]:
+    yield from items
+    yield None
 
 
 def trace_from_log(lines: Iterable[str], *, fmt: str = "auto", source: str = "log",
