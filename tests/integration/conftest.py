@@ -69,20 +69,32 @@ class Host:
         return self._client
 
     def sh(self, cmd: str, check: bool = True, timeout: float = 60) -> tuple[int, str, str]:
+        """Run `cmd` on a channel of its own. Not SSHClient.exec_command: the stdin file it
+        makes, dropped unclosed, was collected by the garbage collector on paramiko's
+        transport thread while that thread held the channel's lock, and its close() took the
+        same lock: a deadlock (CI, test_pin_on_lab.py's setup hung until the 600 s timeout)."""
         for attempt in (1, 2):
             try:
-                _, out, err = self.client().exec_command(cmd, timeout=timeout)
+                transport = self.client().get_transport()
+                assert transport is not None
+                chan = transport.open_session(timeout=timeout)
+                chan.settimeout(timeout)
+                chan.exec_command(cmd)
                 break
             except (paramiko.SSHException, OSError, EOFError):
                 # a connection from before a reboot can look active until its channel times out
                 self.close()
                 if attempt == 2:
                     raise
-        o, e = out.read().decode(), err.read().decode()
-        # never recv_exit_status(): it waits forever when the host reboots before sending it
-        if not out.channel.status_event.wait(timeout):
-            raise AssertionError(f"{self.name}: `{cmd}` gave no exit status in {timeout} s")
-        rc = out.channel.exit_status
+        try:
+            o = chan.makefile("rb").read().decode()
+            e = chan.makefile_stderr("rb").read().decode()
+            # never recv_exit_status(): it waits forever when the host reboots before sending it
+            if not chan.status_event.wait(timeout):
+                raise AssertionError(f"{self.name}: `{cmd}` gave no exit status in {timeout} s")
+            rc = chan.exit_status
+        finally:
+            chan.close()
         if check and rc != 0:
             raise AssertionError(f"{self.name}: `{cmd}` exited {rc}: {e[-2000:]}{o[-2000:]}")
         return rc, o, e
