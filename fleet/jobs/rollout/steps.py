@@ -80,20 +80,21 @@ class WaveSteps(EngineCore):
             if r.detail.get("drain_timed_out"):  # keep-waiting after a drain pause: anew
                 r.detail = {k: v for k, v in r.detail.items()
                             if k not in ("drain_timed_out", "drain_since")}
+        untouched = {id(r) for r in todo if r.state == "planned"}  # fleet never cordoned these
         self._set(todo, "draining", ended=False)
         self._write(todo, events=[self._step_event(w, "drain", "begin", todo)],
                     label=f"wave{w.index}:drain:begin")
         live: list[StepRow] = []
         owner_of = getattr(self.scheduler, "driver_owner", None)  # Kubernetes: the Node's word
-        half_way = {id(r) for r in again}
         for r in todo:
             a = r.detail["admin"]
             if a["state"] in ("drained", "draining") and not a["by_fleet"]:
                 self._skip(r, f"drained by someone else: {a['reason']}"
                               + (f" ({a['owner']})" if a.get("owner") else ""))
                 continue
-            owner = (owner_of(r.host) if owner_of is not None and id(r) not in half_way
-                     else None)  # a host half-way to its target is drained whatever it says
+            # only a host fleet has not touched yet: one it may have cordoned (a resumed drain,
+            # a host half-way to its target) is drained and judged at its plan as before
+            owner = owner_of(r.host) if owner_of is not None and id(r) in untouched else None
             if owner is not None and (why := driver_refusal(owner)) is not None:
                 # before the drain: evicting pods from a host fleet will not pin helps no one
                 if owner.operator:
