@@ -36,13 +36,12 @@ import threading
 import time
 import urllib.parse
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from tests.unit.prometheus.realprom import RealPrometheus, prometheus_binary
+from tests.unit.prometheus.realprom import MetricsServer, RealPrometheus, prometheus_binary
 
 WINDOW_S = 20.0
 STEP_S = 2
@@ -85,27 +84,11 @@ class LabServer:
         ns["nvml_error"] = lambda: None  # the fake GPUs are healthy here
         self.serving = ns["Serving"]()
         threading.Thread(target=self.serving.run, daemon=True).start()
-        serving = self.serving
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
-                body = serving.render().encode()
-                self.send_response(200 if self.path == "/metrics" else 404)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = int(self.server.server_address[1])
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.metrics = MetricsServer(self.serving.render)
+        self.port = self.metrics.port
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.metrics.close()
 
 
 class Recorder(httpx.BaseTransport):

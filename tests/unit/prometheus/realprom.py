@@ -24,6 +24,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -119,18 +120,13 @@ def exposition(traffic: HostTraffic, elapsed_s: float) -> str:
     return "\n".join(lines) + "\n"
 
 
-class ServingExporter:
-    """`/metrics` of one host on a free loopback port, in a thread."""
+class MetricsServer:
+    """`/metrics` from `render()` on a free loopback port, in a thread (one per lab host)."""
 
-    def __init__(self, traffic: HostTraffic) -> None:
-        self.traffic = traffic
-        self.started = time.monotonic()
-        exporter = self
-
+    def __init__(self, render: Callable[[], str]) -> None:
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
-                body = exposition(exporter.traffic,
-                                  time.monotonic() - exporter.started).encode()
+                body = render().encode()
                 self.send_response(200 if self.path == "/metrics" else 404)
                 self.send_header("Content-Type", "text/plain; version=0.0.4")
                 self.send_header("Content-Length", str(len(body)))
@@ -148,6 +144,15 @@ class ServingExporter:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+class ServingExporter(MetricsServer):
+    """One host's traffic table as its exposition, on a server of its own."""
+
+    def __init__(self, traffic: HostTraffic) -> None:
+        self.traffic = traffic
+        self.started = time.monotonic()
+        super().__init__(lambda: exposition(self.traffic, time.monotonic() - self.started))
 
 
 class RealPrometheus:
